@@ -1,0 +1,84 @@
+// A plan: which worker computes which attention unit in which step, and what moves where.
+// Plans are data (printable, convertible to dfa.v1.Plan, checkable by CheckPlan); the
+// planner makes them, the workers' PlanExecutor runs them, the simulator runs them in-process.
+//
+// Semantics of one pass (forward or backward) on worker w, step t:
+//  1. recvs[t] complete before computes[t] start. The executor posts them early (during step
+//     t-1's computes): that is the overlap of communication with computation.
+//  2. computes[t]: each op is one unit q_rows x kv_rows under the plan's mask. q_rows must lie
+//     inside one range w owns or one query-side buffer w has received (kQ forward, kGradIn
+//     backward, this step or earlier); kv_rows inside one owned range or one received kKV
+//     buffer. Results:
+//       forward: q_rows owned by w -> LSE-merged into w's output accumulator; otherwise
+//                merged into w's partial buffer (kOutPartial, q_rows' enclosing buffer rows).
+//       backward: dQ -> w's dQ accumulator if owned, else the (kDqPartial) partial buffer;
+//                 dK/dV -> w's accumulators if kv owned, else the (kDkvPartial) buffer.
+//  3. sends[t] carry data available at the start of step t: owned Q/KV (and, backward, dO,
+//     LSE, D as kGradIn), buffers received in earlier steps (forwarding), or partial buffers
+//     completed by computes of earlier steps. A partial received by its owner (kOutPartial,
+//     kDqPartial, kDkvPartial) is merged/added into the owner's accumulator on arrival.
+//  Every send in step t from w to p is matched by exactly one recv in step t on p from w with
+//  the same tensor and rows; all sends/recvs of a step are posted together (one NCCL group), so
+//  no ordering inside a step can deadlock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_backend.h"
+#include "kernels/status.h"
+
+namespace dfa {
+
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool Contains(const RowRange& o) const { return begin <= o.begin && o.end <= end; }
+  friend bool operator==(const RowRange&, const RowRange&) = default;
+};
+
+enum class PlanTensor : int {
+  kQ = 1,           // forward: queries of the rows
+  kKV = 2,          // keys and values of the rows (at kv_heads)
+  kOutPartial = 3,  // forward: fp32 partial output + LSE (helper -> owner)
+  kGradIn = 4,      // backward: Q, dO, LSE, D of the rows (owner -> helper)
+  kDqPartial = 5,   // backward: fp32 dQ partial (helper -> owner)
+  kDkvPartial = 6,  // backward: fp32 dK, dV partials (-> kv owner)
+};
+
+struct Transfer {
+  int peer = 0;
+  PlanTensor tensor = PlanTensor::kKV;
+  RowRange rows;
+};
+
+struct ComputeOp {
+  RowRange q_rows;
+  RowRange kv_rows;
+};
+
+struct PlanStep {
+  std::vector<Transfer> sends;
+  std::vector<Transfer> recvs;
+  std::vector<ComputeOp> computes;
+};
+
+struct WorkerPlan {
+  std::vector<RowRange> owned;  // this worker's shard, sorted by position
+  std::vector<PlanStep> forward;
+  std::vector<PlanStep> backward;
+};
+
+struct Plan {
+  std::string schedule;
+  int64_t seq_len = 0;
+  bool causal = true;
+  std::vector<WorkerPlan> workers;
+
+  int num_workers() const { return static_cast<int>(workers.size()); }
+  MaskKind mask() const { return causal ? MaskKind::kCausal : MaskKind::kFull; }
+};
+
+}  // namespace dfa
