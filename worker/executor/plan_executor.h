@@ -1,0 +1,95 @@
+// PlanExecutor: runs ONE worker's steps of one pass (forward or backward) of a Plan
+// (coordinator/planner/plan.h) with an AttentionBackend and a Transport.
+//
+// Overlap (the paper's idea 2): step t+1's receives, and its sends whose data is already there
+// (owned rows, buffers received earlier), are posted as one transport group *before* step t
+// computes; sends of partials produced by step t's computes are posted as a second group right
+// after step t's computes are queued. The per-pair message order is the same on both sides
+// (non-partial tensors before partial ones, each sorted by tensor then rows), so the two groups
+// never deadlock. The executor itself never synchronises the host with the compute stream: a
+// GPU transport's Wait makes the stream wait on an event (host transports block, as they must).
+//
+// Wire format of a Transfer (each a contiguous, dense message; K/V at kv_heads, never expanded):
+//   kQ          : Q  [B, n, Hq, D] (dtype)
+//   kKV         : K, V  [B, n, Hkv, D] (dtype), two messages
+//   kOutPartial : O fp32 [B, n, Hq, D], LSE fp32 [B, Hq, n], two messages
+//   kGradIn     : Q, dO [B, n, Hq, D] (dtype), LSE, D fp32 [B, Hq, n], four messages
+//   kDqPartial  : dQ fp32 [B, n, Hq, D]
+//   kDkvPartial : dK, dV fp32 [B, n, Hkv, D], two messages
+// Precision: partial outputs and gradients are fp32 throughout; O is converted to the session
+// dtype once, at the end of the forward pass.
+//
+// Threads: one executor is used by one thread at a time. backend, transport and storage are not
+// owned and must outlive every call. Cancellation: set *options.cancel (checked before every
+// step) or call Transport::Abort() from any thread; the pass then returns CANCELLED.
+// Errors: INVALID_ARGUMENT when the plan does not fit this worker (wrong owned ranges, a compute
+// on data it does not hold, ...), the backend's or transport's status otherwise. After an error
+// the storage's outputs are unspecified.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "coordinator/planner/plan.h"
+#include "kernels/attention_backend.h"
+#include "kernels/status.h"
+#include "worker/executor/session_storage.h"
+#include "worker/transport.h"
+
+namespace dfa {
+
+struct ExecutorOptions {
+  float softmax_scale = 0.f;                   // 0: 1/sqrt(head_dim)
+  void* compute_stream = nullptr;              // cudaStream_t for cuda; ignored by cpu
+  absl::Duration step_timeout = absl::Seconds(120);  // per transport group Wait
+  const std::atomic<bool>* cancel = nullptr;   // optional; true -> CANCELLED before the next step
+};
+
+// What one step cost. Times are host wall-clock: for a synchronous backend (cpu) busy is the
+// compute time; for an asynchronous one it is the enqueue time (use stream events for truth).
+struct StepStats {
+  double busy_seconds = 0;  // computing (units, merges, accumulations)
+  double idle_seconds = 0;  // waiting for this step's data
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t units = 0;        // compute ops of the plan step
+  double flops = 0;         // ANCHORS.md count (backward = 2.5x forward)
+  // Backend calls by op, the metric labels of docs/metrics.md.
+  int64_t forward_launches = 0;
+  int64_t backward_launches = 0;
+  int64_t merge_launches = 0;
+  int64_t delta_launches = 0;
+  int64_t other_launches = 0;  // converts, copies for packing, accumulations
+};
+
+struct PassStats {
+  std::vector<StepStats> steps;
+  double busy_seconds = 0;
+  double idle_seconds = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  double flops = 0;
+  int64_t peak_scratch_bytes = 0;  // transfer buffers + partials alive at once (beyond storage)
+};
+
+class PlanExecutor {
+ public:
+  PlanExecutor(AttentionBackend* backend, Transport* transport, SessionStorage* storage,
+               ExecutorOptions options = {});
+
+  // Forward pass of `plan` for worker transport->rank(): reads storage q, k, v; writes o, lse.
+  absl::StatusOr<PassStats> RunForward(const Plan& plan);
+  // Backward pass: reads q, k, v, o, lse, dout; writes delta, dq, dk, dv (fp32). Never
+  // recomputes the forward and never re-sends anything the forward already placed.
+  absl::StatusOr<PassStats> RunBackward(const Plan& plan);
+
+ private:
+  AttentionBackend* backend_;
+  Transport* transport_;
+  SessionStorage* storage_;
+  ExecutorOptions options_;
+};
+
+}  // namespace dfa

@@ -1,0 +1,122 @@
+#include "worker/executor/session_storage.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace dfa {
+
+absl::Status SessionShape::Validate() const {
+  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
+  if (q_heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("q_heads must be >= 1, got ", q_heads));
+  }
+  if (kv_heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_heads must be >= 1, got ", kv_heads));
+  }
+  if (q_heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("q_heads (", q_heads,
+                                                   ") must be a multiple of kv_heads (", kv_heads,
+                                                   ")"));
+  }
+  if (head_dim < 1 || head_dim > 512) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim must be in [1, 512], got ", head_dim));
+  }
+  return absl::OkStatus();
+}
+
+int64_t SessionStorageBytes(const SessionShape& s, int64_t rows) {
+  const int64_t qe = int64_t{s.batch} * rows * s.q_heads * s.head_dim;
+  const int64_t ke = int64_t{s.batch} * rows * s.kv_heads * s.head_dim;
+  const int64_t st = int64_t{s.batch} * s.q_heads * rows;
+  const int64_t es = DTypeSize(s.dtype);
+  // q, o, dout (dtype) + k, v (dtype) + dq (f32) + dk, dv (f32) + lse, delta (f32)
+  return 3 * qe * es + 2 * ke * es + qe * 4 + 2 * ke * 4 + 2 * st * 4;
+}
+
+absl::StatusOr<std::unique_ptr<SessionStorage>> SessionStorage::Create(
+    AttentionBackend* backend, const SessionShape& shape, std::vector<RowRange> owned) {
+  if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
+  RETURN_IF_ERROR(shape.Validate());
+  if (owned.empty()) return absl::InvalidArgumentError("owned: no row ranges");
+  int64_t rows = 0;
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (owned[i].begin < 0 || owned[i].size() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("owned[", i, "]: empty or negative range [",
+                                                     owned[i].begin, ", ", owned[i].end, ")"));
+    }
+    if (i > 0 && owned[i].begin < owned[i - 1].end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("owned[", i, "]: ranges must be sorted and disjoint"));
+    }
+    rows += owned[i].size();
+  }
+  std::unique_ptr<SessionStorage> s(new SessionStorage(backend, shape, std::move(owned), rows));
+  const int64_t qe = int64_t{shape.batch} * rows * shape.q_heads * shape.head_dim;
+  const int64_t ke = int64_t{shape.batch} * rows * shape.kv_heads * shape.head_dim;
+  const int64_t st = int64_t{shape.batch} * shape.q_heads * rows;
+  const int64_t es = DTypeSize(shape.dtype);
+  struct Item {
+    void** slot;
+    int64_t bytes;
+  };
+  const Item items[] = {
+      {&s->q_, qe * es},
+      {&s->k_, ke * es},
+      {&s->v_, ke * es},
+      {&s->o_, qe * es},
+      {&s->dout_, qe * es},
+      {reinterpret_cast<void**>(&s->dq_), qe * 4},
+      {reinterpret_cast<void**>(&s->dk_), ke * 4},
+      {reinterpret_cast<void**>(&s->dv_), ke * 4},
+      {reinterpret_cast<void**>(&s->lse_), st * 4},
+      {reinterpret_cast<void**>(&s->delta_), st * 4},
+  };
+  for (const Item& it : items) {
+    ASSIGN_OR_RETURN(void* p, backend->Alloc(static_cast<size_t>(it.bytes)));
+    *it.slot = p;  // owned by s from here: freed by its destructor on any later error
+    RETURN_IF_ERROR(backend->Memset(p, 0, static_cast<size_t>(it.bytes), nullptr));
+  }
+  RETURN_IF_ERROR(backend->Synchronize(nullptr));
+  return s;
+}
+
+SessionStorage::~SessionStorage() {
+  for (void* p : {q_, k_, v_, o_, dout_, static_cast<void*>(dq_), static_cast<void*>(dk_),
+                  static_cast<void*>(dv_), static_cast<void*>(lse_), static_cast<void*>(delta_)}) {
+    if (p != nullptr) backend_->Free(p);
+  }
+}
+
+absl::StatusOr<int64_t> SessionStorage::LocalRow(const RowRange& global) const {
+  int64_t base = 0;
+  for (const RowRange& r : owned_) {
+    if (r.Contains(global) && global.size() > 0) return base + (global.begin - r.begin);
+    base += r.size();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("rows [", global.begin, ", ", global.end,
+                                                 ") are not inside one owned range"));
+}
+
+TensorView SessionStorage::View(void* p, DType t, int heads) const {
+  TensorView v;
+  v.data = p;
+  v.dtype = t;
+  v.batch = shape_.batch;
+  v.rows = rows_;
+  v.heads = heads;
+  v.head_dim = shape_.head_dim;
+  return v;
+}
+
+RowStatView SessionStorage::Stat(float* p) const {
+  RowStatView s;
+  s.data = p;
+  s.batch = shape_.batch;
+  s.heads = shape_.q_heads;
+  s.rows = rows_;
+  return s;
+}
+
+}  // namespace dfa
