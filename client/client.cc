@@ -1,0 +1,346 @@
+#include "client/client.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/grpc_util.h"
+
+namespace dfa::client {
+namespace {
+
+bool IsFinal(v1::JobState s) {
+  return s == v1::JOB_SUCCEEDED || s == v1::JOB_FAILED || s == v1::JOB_CANCELLED;
+}
+
+// OK for a succeeded job; the job's own error otherwise.
+absl::StatusOr<v1::Job> FinalResult(const v1::Job& job) {
+  if (job.state() == v1::JOB_SUCCEEDED) return job;
+  if (job.state() == v1::JOB_CANCELLED) {
+    return absl::CancelledError(absl::StrCat("job ", job.job_id(), " was cancelled"));
+  }
+  const auto code = job.error_code() != 0 ? static_cast<absl::StatusCode>(job.error_code())
+                                          : absl::StatusCode::kUnknown;
+  return absl::Status(code, absl::StrCat("job ", job.job_id(), " failed: ", job.error_message()));
+}
+
+std::vector<v1::RowRange> Owned(const v1::ShardPlacement& shard) {
+  return {shard.owned().begin(), shard.owned().end()};
+}
+
+// Checks that the placement covers [0, seq_len) exactly once.
+absl::Status ValidatePlacement(const v1::CreateSessionResponse& info, int64_t seq_len) {
+  if (info.shards_size() == 0) return absl::InternalError("CreateSession: no shards in placement");
+  std::vector<std::pair<int64_t, int64_t>> all;
+  for (int i = 0; i < info.shards_size(); ++i) {
+    const auto& shard = info.shards(i);
+    const std::vector<v1::RowRange> owned = Owned(shard);
+    absl::Status s = ValidateOwned(owned, seq_len);
+    if (!s.ok()) {
+      return absl::InternalError(absl::StrCat("CreateSession: shards[", i, "].", s.message()));
+    }
+    for (const auto& r : owned) all.emplace_back(r.begin(), r.end());
+  }
+  std::sort(all.begin(), all.end());
+  int64_t next = 0;
+  for (const auto& [b, e] : all) {
+    if (b != next) {
+      return absl::InternalError(absl::StrCat("CreateSession: shards do not cover token ", next,
+                                              " exactly once"));
+    }
+    next = e;
+  }
+  if (next != seq_len) {
+    return absl::InternalError(
+        absl::StrCat("CreateSession: shards end at token ", next, " of ", seq_len));
+  }
+  return absl::OkStatus();
+}
+
+// Runs fn(rank) for every rank on its own thread; returns the first error by rank.
+absl::Status ForEachRank(int n, const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> results(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] { results[static_cast<size_t>(r)] = fn(r); });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& s : results) RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string LocalHostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+// ---------------------------------------------------------------- Client
+
+Client::Client(ClientOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.coordinator.empty()) {
+    return absl::InvalidArgumentError("coordinator: address is empty (expected host:port)");
+  }
+  ClientOptions o = options;
+  if (o.client_id.empty()) {
+    static std::atomic<int> counter{0};
+    o.client_id = absl::StrCat("dfa-client-", LocalHostName(), "-", getpid(), "-",
+                               counter.fetch_add(1));
+  }
+  std::unique_ptr<Client> c(new Client(std::move(o)));
+  c->channel_ = MakeChannel(c->options_.coordinator);
+  c->stub_ = v1::Coordinator::NewStub(c->channel_);
+  return c;
+}
+
+std::shared_ptr<grpc::Channel> Client::WorkerChannel(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& ch = worker_channels_[address];
+  if (!ch) ch = MakeChannel(address);
+  return ch;
+}
+
+absl::Status Client::WaitForCoordinator(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status last;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(1));
+    v1::GetStatusRequest req;
+    v1::ClusterStatus resp;
+    grpc::Status s = stub_->GetStatus(&ctx, req, &resp);
+    if (s.ok()) return absl::OkStatus();
+    last = FromGrpc(s, absl::StrCat("coordinator ", options_.coordinator, " GetStatus"));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::UnavailableError(absl::StrCat("coordinator ", options_.coordinator,
+                                             " not answering after ", absl::FormatDuration(timeout),
+                                             ": ", last.message()));
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Client::CreateSession(const SessionOptions& options) {
+  RETURN_IF_ERROR(ValidateSpec(options.spec));
+  if (options.num_workers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers must be >= 0, got ", options.num_workers));
+  }
+  v1::CreateSessionRequest req;
+  *req.mutable_spec() = options.spec;
+  req.set_num_workers(options.num_workers);
+  req.set_schedule(options.schedule);
+  req.set_client_id(options_.client_id);
+  req.set_ttl_seconds(options.ttl_seconds);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  v1::CreateSessionResponse resp;
+  RETURN_IF_ERROR(FromGrpc(stub_->CreateSession(&ctx, req, &resp), "CreateSession"));
+  std::unique_ptr<Session> session(new Session(this, options.spec, std::move(resp)));
+  absl::Status placement = ValidatePlacement(session->info(), options.spec.seq_len());
+  if (!placement.ok()) {
+    (void)session->Release();
+    return placement;
+  }
+  return session;
+}
+
+absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  v1::ListWorkersResponse resp;
+  RETURN_IF_ERROR(FromGrpc(stub_->ListWorkers(&ctx, {}, &resp), "ListWorkers"));
+  return resp;
+}
+
+absl::StatusOr<v1::ClusterStatus> Client::GetStatus() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  v1::ClusterStatus resp;
+  RETURN_IF_ERROR(FromGrpc(stub_->GetStatus(&ctx, {}, &resp), "GetStatus"));
+  return resp;
+}
+
+absl::StatusOr<v1::Job> Client::GetJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  req.set_client_id(options_.client_id);
+  v1::Job job;
+  RETURN_IF_ERROR(FromGrpc(stub_->GetJob(&ctx, req, &job), "GetJob"));
+  return job;
+}
+
+absl::StatusOr<v1::Job> Client::CancelJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  req.set_client_id(options_.client_id);
+  v1::Job job;
+  RETURN_IF_ERROR(FromGrpc(stub_->CancelJob(&ctx, req, &job), "CancelJob"));
+  return job;
+}
+
+// ---------------------------------------------------------------- Session
+
+Session::~Session() {
+  if (!released_) (void)Release();
+}
+
+WorkerDataClient Session::DataClient(int rank) const {
+  const auto& shard = info_.shards(rank);
+  return WorkerDataClient(client_->WorkerChannel(shard.address()), shard.address(), id(),
+                          client_->client_id(), client_->options().rpc_timeout);
+}
+
+bool Session::UseShm(int rank, const TransferOptions& options) const {
+  if (options.path == TransferPath::kGrpc) return false;
+  if (options.path == TransferPath::kSharedMemory) return true;
+  const std::string& host = info_.shards(rank).host();
+  return !host.empty() && host == LocalHostName();
+}
+
+absl::StatusOr<TransferStats> Session::Upload(v1::TensorKind kind, const HostTensor& t,
+                                              const TransferOptions& options) {
+  ASSIGN_OR_RETURN(HostTensor expected, MakeTensor(spec_, kind));
+  if (t.batch != expected.batch || t.rows != expected.rows || t.heads != expected.heads ||
+      t.head_dim != expected.head_dim || t.dtype != expected.dtype ||
+      t.size_bytes() != static_cast<int64_t>(t.bytes.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Upload ", TensorKindName(kind), ": tensor shape [", t.batch, ", ", t.rows, ", ", t.heads,
+        ", ", t.head_dim, "] does not match the session's [", expected.batch, ", ", expected.rows,
+        ", ", expected.heads, ", ", expected.head_dim, "] or its dtype/size"));
+  }
+  std::vector<TransferStats> stats(static_cast<size_t>(num_workers()));
+  RETURN_IF_ERROR(ForEachRank(num_workers(), [&](int rank) -> absl::Status {
+    WorkerDataClient data = DataClient(rank);
+    const std::vector<v1::RowRange> owned = Owned(info_.shards(rank));
+    if (UseShm(rank, options)) {
+      auto r = data.UploadShm(kind, t, owned, options.segment_bytes, options.progress);
+      if (r.ok() || options.path == TransferPath::kSharedMemory) {
+        if (r.ok()) stats[static_cast<size_t>(rank)] = *r;
+        return r.status();
+      }
+      // kAuto: fall back to the portable path (e.g. the worker is not really on this host).
+    }
+    ASSIGN_OR_RETURN(stats[static_cast<size_t>(rank)],
+                     data.UploadGrpc(kind, t, owned, options.chunk_bytes, options.progress));
+    return absl::OkStatus();
+  }));
+  TransferStats total;
+  for (const auto& s : stats) {
+    total.bytes += s.bytes;
+    total.chunks += s.chunks;
+    total.seconds = std::max(total.seconds, s.seconds);
+  }
+  return total;
+}
+
+absl::StatusOr<TransferStats> Session::Download(v1::TensorKind kind, HostTensor* t,
+                                                const TransferOptions& options) {
+  ASSIGN_OR_RETURN(*t, MakeTensor(spec_, kind));
+  std::vector<TransferStats> stats(static_cast<size_t>(num_workers()));
+  RETURN_IF_ERROR(ForEachRank(num_workers(), [&](int rank) -> absl::Status {
+    WorkerDataClient data = DataClient(rank);
+    const std::vector<v1::RowRange> owned = Owned(info_.shards(rank));
+    if (UseShm(rank, options)) {
+      auto r = data.DownloadShm(kind, owned, options.segment_bytes, t, options.progress);
+      if (r.ok() || options.path == TransferPath::kSharedMemory) {
+        if (r.ok()) stats[static_cast<size_t>(rank)] = *r;
+        return r.status();
+      }
+    }
+    ASSIGN_OR_RETURN(stats[static_cast<size_t>(rank)],
+                     data.DownloadGrpc(kind, owned, options.chunk_bytes, t, options.progress));
+    return absl::OkStatus();
+  }));
+  TransferStats total;
+  for (const auto& s : stats) {
+    total.bytes += s.bytes;
+    total.chunks += s.chunks;
+    total.seconds = std::max(total.seconds, s.seconds);
+  }
+  return total;
+}
+
+absl::Status Session::GenerateInputs(uint64_t seed, bool with_grad_output) {
+  return ForEachRank(num_workers(), [&](int rank) {
+    return DataClient(rank).GenerateInputs(seed, with_grad_output);
+  });
+}
+
+absl::StatusOr<v1::Job> Session::Submit(v1::JobKind kind) {
+  v1::SubmitJobRequest req;
+  req.set_session_id(id());
+  req.set_kind(kind);
+  req.set_client_id(client_->client_id());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, client_->options().rpc_timeout);
+  v1::Job job;
+  RETURN_IF_ERROR(FromGrpc(client_->coordinator()->SubmitJob(&ctx, req, &job), "SubmitJob"));
+  return job;
+}
+
+absl::StatusOr<v1::Job> Session::Watch(const std::string& job_id, const JobObserver& observer) {
+  const absl::Time deadline = absl::Now() + client_->options().job_timeout;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, client_->options().job_timeout);
+    v1::GetJobRequest req;
+    req.set_job_id(job_id);
+    req.set_client_id(client_->client_id());
+    auto reader = client_->coordinator()->WatchJob(&ctx, req);
+    v1::Job job;
+    while (reader->Read(&job)) {
+      if (observer) observer(job);
+      if (IsFinal(job.state())) {
+        ctx.TryCancel();
+        (void)reader->Finish();
+        return FinalResult(job);
+      }
+    }
+    grpc::Status s = reader->Finish();
+    // A broken or unsupported watch stream: fall back to polling. Other errors are answers.
+    if (!s.ok() && s.error_code() != grpc::StatusCode::UNIMPLEMENTED &&
+        s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::OK) {
+      return FromGrpc(s, "WatchJob");
+    }
+  }
+  while (absl::Now() < deadline) {
+    ASSIGN_OR_RETURN(v1::Job job, client_->GetJob(job_id));
+    if (observer) observer(job);
+    if (IsFinal(job.state())) return FinalResult(job);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("job ", job_id, " not finished after ",
+                                                  absl::FormatDuration(client_->options().job_timeout)));
+}
+
+absl::StatusOr<v1::Job> Session::Run(v1::JobKind kind, const JobObserver& observer) {
+  ASSIGN_OR_RETURN(v1::Job job, Submit(kind));
+  if (observer) observer(job);
+  if (IsFinal(job.state())) return FinalResult(job);
+  return Watch(job.job_id(), observer);
+}
+
+absl::Status Session::Release() {
+  if (released_) return absl::OkStatus();
+  v1::ReleaseSessionRequest req;
+  req.set_session_id(id());
+  req.set_client_id(client_->client_id());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, client_->options().rpc_timeout);
+  v1::ReleaseSessionResponse resp;
+  absl::Status s = FromGrpc(client_->coordinator()->ReleaseSession(&ctx, req, &resp),
+                            "ReleaseSession");
+  released_ = true;  // a second attempt would not do better; the session TTL is the backstop
+  return s;
+}
+
+}  // namespace dfa::client

@@ -1,0 +1,143 @@
+// The C++ client library of the DistFlashAttn Service (public API).
+//
+//   ASSIGN_OR_RETURN(auto client, Client::Connect({.coordinator = "127.0.0.1:7000"}));
+//   ASSIGN_OR_RETURN(auto session, client->CreateSession({.spec = spec}));
+//   RETURN_IF_ERROR(session->Upload(v1::TENSOR_Q, q));   // ... K, V: straight to the workers
+//   ASSIGN_OR_RETURN(v1::Job job, session->Run(v1::JOB_FORWARD));
+//   RETURN_IF_ERROR(session->Download(v1::TENSOR_O, &o));
+//
+// Client talks to the coordinator (control plane); Session holds one session's placement and
+// moves tensor rows to and from the workers that own them (data plane; never via the
+// coordinator), in parallel across workers. AttentionJob (attention_job.h) adds the training
+// flow with retries on top.
+//
+// Threads: Client is thread-safe (its channels and stubs are). A Session may be used by one
+// thread at a time; it runs one thread per worker inside transfers. Ownership: a Session keeps
+// a pointer to its Client, which must outlive it. A Session is released on destruction unless
+// Release() ran already.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/host_tensor.h"
+#include "client/worker_data_client.h"
+#include "dfa/v1/coordinator.grpc.pb.h"
+
+namespace dfa::client {
+
+struct ClientOptions {
+  std::string coordinator;  // host:port of dfa-coordinator
+  std::string client_id;    // empty: "dfa-client-<host>-<pid>-<n>"
+  absl::Duration rpc_timeout = absl::Seconds(30);   // control calls and each transfer call
+  absl::Duration job_timeout = absl::Minutes(30);   // a job's whole run
+};
+
+struct SessionOptions {
+  v1::AttentionSpec spec;
+  int num_workers = 0;        // 0: all live workers
+  std::string schedule;       // empty: the coordinator's default ("balanced")
+  int ttl_seconds = 0;
+};
+
+enum class TransferPath { kAuto, kGrpc, kSharedMemory };
+
+struct TransferOptions {
+  // kAuto: shared memory for workers on this host (falling back to gRPC when it fails to set
+  // up), gRPC otherwise.
+  TransferPath path = TransferPath::kAuto;
+  int64_t chunk_bytes = kDefaultChunkBytes;       // gRPC chunk payload
+  int64_t segment_bytes = int64_t{64} << 20;      // shared-memory segment per worker
+  ProgressFn progress;                            // bytes moved, from any thread
+};
+
+// Called on every state change of a watched job.
+using JobObserver = std::function<void(const v1::Job&)>;
+
+class Client;
+
+class Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const std::string& id() const { return info_.session_id(); }
+  const v1::AttentionSpec& spec() const { return spec_; }
+  // Placement and plan as the coordinator answered them.
+  const v1::CreateSessionResponse& info() const { return info_; }
+  int num_workers() const { return info_.shards_size(); }
+
+  // Sends the rows of full tensor `t` (shape of `kind` under the spec) to the workers owning
+  // them, all workers in parallel. Returns total bytes and the slowest worker's time.
+  absl::StatusOr<TransferStats> Upload(v1::TensorKind kind, const HostTensor& t,
+                                       const TransferOptions& options = {});
+  // Gathers a full tensor of `kind` from all workers into `*t` (allocated here).
+  absl::StatusOr<TransferStats> Download(v1::TensorKind kind, HostTensor* t,
+                                         const TransferOptions& options = {});
+  // Every worker fills its shard of Q, K, V (and dO) from `seed`.
+  absl::Status GenerateInputs(uint64_t seed, bool with_grad_output);
+  // Submits a job and watches it to its final state. OK only for JOB_SUCCEEDED; a failed job
+  // returns its own code and message (UNAVAILABLE when a worker was lost).
+  absl::StatusOr<v1::Job> Run(v1::JobKind kind, const JobObserver& observer = nullptr);
+  // Submit alone; Watch follows a submitted job to its final state (same result as Run).
+  absl::StatusOr<v1::Job> Submit(v1::JobKind kind);
+  absl::StatusOr<v1::Job> Watch(const std::string& job_id, const JobObserver& observer);
+  // Frees the session on the cluster. Idempotent.
+  absl::Status Release();
+
+  // Data-plane client of the shard of `rank` (tests use it for raw chunk uploads).
+  WorkerDataClient DataClient(int rank) const;
+
+ private:
+  friend class Client;
+  Session(Client* client, v1::AttentionSpec spec, v1::CreateSessionResponse info)
+      : client_(client), spec_(std::move(spec)), info_(std::move(info)) {}
+  bool UseShm(int rank, const TransferOptions& options) const;
+
+  Client* client_;
+  v1::AttentionSpec spec_;
+  v1::CreateSessionResponse info_;
+  bool released_ = false;
+};
+
+class Client {
+ public:
+  // Opens a channel to the coordinator; does not wait for it (the first call does).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  // Validates the spec locally, then asks the coordinator for a session.
+  absl::StatusOr<std::unique_ptr<Session>> CreateSession(const SessionOptions& options);
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+  absl::StatusOr<v1::ClusterStatus> GetStatus();
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id);
+  // Blocks until the coordinator answers GetStatus or `timeout` passes (UNAVAILABLE).
+  absl::Status WaitForCoordinator(absl::Duration timeout);
+
+  const ClientOptions& options() const { return options_; }
+  const std::string& client_id() const { return options_.client_id; }
+  v1::Coordinator::Stub* coordinator() { return stub_.get(); }
+  // A shared channel to a worker's data-plane address (created on first use).
+  std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
+
+ private:
+  explicit Client(ClientOptions options);
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> worker_channels_;
+};
+
+// The name of this host as workers report theirs (gethostname).
+std::string LocalHostName();
+
+}  // namespace dfa::client

@@ -1,0 +1,27 @@
+#include "client/grpc_util.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dfa::client {
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& context) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(context, ": ", s.error_message()));
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  // Each channel its own TCP connection: parallel uploads to different workers never share one.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::microseconds(absl::ToInt64Microseconds(timeout)));
+}
+
+}  // namespace dfa::client
