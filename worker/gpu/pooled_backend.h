@@ -1,0 +1,52 @@
+// PooledBackend: an AttentionBackend that forwards every kernel to an inner (cuda) backend but
+// serves Alloc/Free from a DeviceMemoryPool. The worker wraps its cuda backend in one, so that
+// everything it allocates for sessions and jobs (Q/K/V/O/LSE, gradients, receive buffers,
+// scratch) comes from the worker's pool and no cudaMalloc happens while a job runs.
+//
+// Free() synchronises the pool's device before returning the block, as cudaFree would, so code
+// written against the plain backend keeps its meaning. Same thread rules as the inner backend.
+#pragma once
+
+#include <memory>
+
+#include "kernels/attention_backend.h"
+#include "worker/gpu/device_memory_pool.h"
+
+namespace dfa {
+
+class PooledBackend : public AttentionBackend {
+ public:
+  PooledBackend(std::unique_ptr<AttentionBackend> inner, std::shared_ptr<DeviceMemoryPool> pool)
+      : inner_(std::move(inner)), pool_(std::move(pool)) {}
+
+  std::string_view Name() const override { return inner_->Name(); }
+  absl::Status Forward(const ForwardArgs& a) override { return inner_->Forward(a); }
+  absl::Status Backward(const BackwardArgs& a) override { return inner_->Backward(a); }
+  absl::Status Merge(const MergeArgs& a) override { return inner_->Merge(a); }
+  absl::Status ComputeDelta(const TensorView& dout, const TensorView& out,
+                            const RowStatView& delta, void* stream) override {
+    return inner_->ComputeDelta(dout, out, delta, stream);
+  }
+  absl::Status Convert(const TensorView& src, const TensorView& dst, void* stream) override {
+    return inner_->Convert(src, dst, stream);
+  }
+  absl::StatusOr<void*> Alloc(size_t bytes) override { return pool_->Allocate(bytes); }
+  void Free(void* p) override;
+  absl::Status Copy(void* dst, const void* src, size_t bytes, CopyKind kind,
+                    void* stream) override {
+    return inner_->Copy(dst, src, bytes, kind, stream);
+  }
+  absl::Status Memset(void* dst, int value, size_t bytes, void* stream) override {
+    return inner_->Memset(dst, value, bytes, stream);
+  }
+  absl::Status Synchronize(void* stream) override { return inner_->Synchronize(stream); }
+
+  AttentionBackend* inner() { return inner_.get(); }
+  DeviceMemoryPool* pool() { return pool_.get(); }
+
+ private:
+  std::unique_ptr<AttentionBackend> inner_;
+  std::shared_ptr<DeviceMemoryPool> pool_;
+};
+
+}  // namespace dfa
