@@ -1,0 +1,24 @@
+// Picks the widest kernel build the running CPU supports (runtime dispatch; the library itself
+// is compiled for the portable x86-64 baseline).
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/kernel_params.h"
+
+namespace dfa::cpu {
+
+const KernelTable& SelectKernels() {
+  const char* cap = std::getenv("DFA_CPU_ISA");
+  const bool allow512 = cap == nullptr || std::strcmp(cap, "avx512") == 0;
+  const bool allow2 = allow512 || std::strcmp(cap, "avx2") == 0;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (allow512 && __builtin_cpu_supports("avx512f")) return kKernelsAvx512;
+  if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return kKernelsAvx2;
+  }
+#endif
+  return kKernelsDefault;
+}
+
+}  // namespace dfa::cpu

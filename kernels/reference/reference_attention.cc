@@ -1,0 +1,163 @@
+#include "kernels/reference/reference_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace dfa::reference {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Validates through the backends' own checks, with placeholder outputs of the right shape.
+absl::Status Check(const Problem& p) {
+  ForwardArgs a;
+  a.scale = static_cast<float>(p.scale);
+  a.mask = p.mask;
+  a.q = p.q;
+  a.k = p.k;
+  a.v = p.v;
+  a.q_row0 = p.q_row0;
+  a.kv_row0 = p.kv_row0;
+  a.out = p.q;
+  a.out.dtype = DType::kF32;
+  a.out.row_stride = a.out.batch_stride = 0;
+  a.lse.data = reinterpret_cast<float*>(p.q.data);
+  a.lse.batch = p.q.batch;
+  a.lse.heads = p.q.heads;
+  a.lse.rows = p.q.rows;
+  if (!(p.scale > 0.0) || !std::isfinite(p.scale)) {
+    return absl::InvalidArgumentError(absl::StrCat("scale must be positive and finite, got ", p.scale));
+  }
+  return ValidateForward(a);
+}
+
+double At(const TensorView& t, int b, int64_t r, int h, int d) {
+  return LoadAsFloat(t.data, t.dtype,
+                     b * t.BatchStride() + r * t.RowStride() + int64_t{h} * t.head_dim + d);
+}
+
+bool Visible(const Problem& p, int64_t i, int64_t j) {
+  return p.mask == MaskKind::kFull || p.kv_row0 + j <= p.q_row0 + i;
+}
+
+// Scores of query row i of head h against all keys (scaled; -inf where masked).
+void Scores(const Problem& p, int b, int h, int64_t i, std::vector<double>& s) {
+  const int hk = h / (p.q.heads / p.k.heads);
+  s.assign(p.k.rows, kNegInf);
+  for (int64_t j = 0; j < p.k.rows; ++j) {
+    if (!Visible(p, i, j)) continue;
+    double dot = 0.0;
+    for (int d = 0; d < p.q.head_dim; ++d) dot += At(p.q, b, i, h, d) * At(p.k, b, j, hk, d);
+    s[j] = dot * p.scale;
+  }
+}
+
+int64_t OutIndex(const TensorView& t, int b, int64_t r, int h) {
+  return ((b * t.rows + r) * t.heads + h) * int64_t{t.head_dim};
+}
+
+}  // namespace
+
+absl::StatusOr<ForwardResult> Forward(const Problem& p) {
+  RETURN_IF_ERROR(Check(p));
+  const int B = p.q.batch, H = p.q.heads, D = p.q.head_dim;
+  const int64_t m = p.q.rows;
+  ForwardResult r;
+  r.out.assign(static_cast<size_t>(B) * m * H * D, 0.0);
+  r.lse.assign(static_cast<size_t>(B) * H * m, kNegInf);
+  std::vector<double> s;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / (H / p.k.heads);
+      for (int64_t i = 0; i < m; ++i) {
+        Scores(p, b, h, i, s);
+        const double mx = *std::max_element(s.begin(), s.end());
+        if (mx == kNegInf) continue;  // sees no key: LSE -inf, output 0
+        double sum = 0.0;
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        double* o = &r.out[OutIndex(p.q, b, i, h)];
+        for (int64_t j = 0; j < p.k.rows; ++j) {
+          if (s[j] == 0.0) continue;
+          for (int d = 0; d < D; ++d) o[d] += s[j] / sum * At(p.v, b, j, hk, d);
+        }
+        r.lse[(static_cast<size_t>(b) * H + h) * m + i] = mx + std::log(sum);
+      }
+    }
+  }
+  return r;
+}
+
+absl::StatusOr<Gradients> BackwardUnit(const Problem& p, const TensorView& dout,
+                                       const std::vector<double>& lse,
+                                       const std::vector<double>& delta) {
+  RETURN_IF_ERROR(Check(p));
+  const int B = p.q.batch, H = p.q.heads, Hk = p.k.heads, D = p.q.head_dim;
+  const int64_t m = p.q.rows, n = p.k.rows;
+  if (dout.data == nullptr || dout.batch != B || dout.rows != m || dout.heads != H ||
+      dout.head_dim != D) {
+    return absl::InvalidArgumentError("dout: null or shape does not match q");
+  }
+  const size_t stats = static_cast<size_t>(B) * H * m;
+  if (lse.size() != stats || delta.size() != stats) {
+    return absl::InvalidArgumentError(absl::StrCat("lse and delta must hold B*Hq*m = ", stats, " values"));
+  }
+  Gradients g;
+  g.dq.assign(static_cast<size_t>(B) * m * H * D, 0.0);
+  g.dk.assign(static_cast<size_t>(B) * n * Hk * D, 0.0);
+  g.dv.assign(g.dk.size(), 0.0);
+  std::vector<double> s;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / (H / Hk);
+      for (int64_t i = 0; i < m; ++i) {
+        const double L = lse[(static_cast<size_t>(b) * H + h) * m + i];
+        const double Di = delta[(static_cast<size_t>(b) * H + h) * m + i];
+        if (!std::isfinite(L)) continue;  // the row sees no key at all: no gradient
+        Scores(p, b, h, i, s);
+        double* dq = &g.dq[OutIndex(p.q, b, i, h)];
+        for (int64_t j = 0; j < n; ++j) {
+          if (s[j] == kNegInf) continue;
+          const double pij = std::exp(s[j] - L);
+          double dp = 0.0;
+          for (int d = 0; d < D; ++d) dp += At(dout, b, i, h, d) * At(p.v, b, j, hk, d);
+          const double ds = pij * (dp - Di);
+          double* dk = &g.dk[OutIndex(p.k, b, j, hk)];
+          double* dv = &g.dv[OutIndex(p.k, b, j, hk)];
+          for (int d = 0; d < D; ++d) {
+            dv[d] += pij * At(dout, b, i, h, d);
+            dk[d] += p.scale * ds * At(p.q, b, i, h, d);
+            dq[d] += p.scale * ds * At(p.k, b, j, hk, d);
+          }
+        }
+      }
+    }
+  }
+  return g;
+}
+
+absl::StatusOr<Gradients> Backward(const Problem& p, const TensorView& dout) {
+  ASSIGN_OR_RETURN(ForwardResult f, Forward(p));
+  const int B = p.q.batch, H = p.q.heads, D = p.q.head_dim;
+  const int64_t m = p.q.rows;
+  if (dout.data == nullptr || dout.batch != B || dout.rows != m || dout.heads != H ||
+      dout.head_dim != D) {
+    return absl::InvalidArgumentError("dout: null or shape does not match q");
+  }
+  std::vector<double> delta(static_cast<size_t>(B) * H * m, 0.0);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < m; ++i) {
+        const double* o = &f.out[OutIndex(p.q, b, i, h)];
+        double sum = 0.0;
+        for (int d = 0; d < D; ++d) sum += At(dout, b, i, h, d) * o[d];
+        delta[(static_cast<size_t>(b) * H + h) * m + i] = sum;
+      }
+    }
+  }
+  return BackwardUnit(p, dout, f.lse, delta);
+}
+
+}  // namespace dfa::reference
