@@ -124,12 +124,13 @@ for ((w = 0; w < workers; w++)); do
   metrics=${ports[3 + 2 * w]}
   worker_addrs+=("$addr")
   worker_metrics+=("$metrics")
-  start "worker$w" "$worker_bin" --listen="$addr" --coordinator="$coordinator_addr" \
-    --worker_id="worker$w" --backend="$backend" --metrics_port="$metrics" \
+  start "worker-$w" "$worker_bin" --listen="$addr" --advertise="$addr" \
+    --coordinator="$coordinator_addr" --worker_id="worker-$w" --backend="$backend" \
+    --metrics_port="$metrics" \
     ${extra_worker_flags[@]+"${extra_worker_flags[@]}"}
 done
 for ((w = 0; w < workers; w++)); do
-  wait_http "worker$w" "http://127.0.0.1:${worker_metrics[w]}/metrics"
+  wait_http "worker-$w" "http://127.0.0.1:${worker_metrics[w]}/metrics"
 done
 
 prometheus_url=""
@@ -163,7 +164,7 @@ mv "$run_dir/cluster.env.tmp" "$run_dir/cluster.env"
 
 echo "coordinator  $coordinator_addr   metrics http://127.0.0.1:$coordinator_metrics/metrics"
 for ((w = 0; w < workers; w++)); do
-  echo "worker$w      ${worker_addrs[w]}   metrics http://127.0.0.1:${worker_metrics[w]}/metrics"
+  echo "worker-$w     ${worker_addrs[w]}   metrics http://127.0.0.1:${worker_metrics[w]}/metrics"
 done
 [ -n "$prometheus_url" ] && echo "prometheus   $prometheus_url"
 echo "logs and cluster.env in $run_dir; Ctrl-C stops the cluster"
