@@ -22,6 +22,19 @@ extern char** environ;
 namespace dfa {
 namespace {
 
+// The helper binary: beside this test's executable (builds carried to another machine), else
+// where the build put it.
+std::string PeerPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    std::string self(buf, n);
+    std::string beside = self.substr(0, self.rfind('/') + 1) + "cuda_ipc_peer";
+    if (access(beside.c_str(), X_OK) == 0) return beside;
+  }
+  return DFA_CUDA_IPC_PEER;
+}
+
 // The helper process, with a line-based pipe both ways.
 class Peer {
  public:
@@ -35,8 +48,9 @@ class Peer {
     posix_spawn_file_actions_addclose(&fa, to_child[1]);
     posix_spawn_file_actions_addclose(&fa, from_child[0]);
     std::string dev = std::to_string(device), n = std::to_string(bytes), v = std::to_string(value);
-    char* argv[] = {const_cast<char*>(DFA_CUDA_IPC_PEER), dev.data(), n.data(), v.data(), nullptr};
-    if (posix_spawn(&pid_, DFA_CUDA_IPC_PEER, &fa, nullptr, argv, environ) != 0) pid_ = -1;
+    std::string path = PeerPath();
+    char* argv[] = {path.data(), dev.data(), n.data(), v.data(), nullptr};
+    if (posix_spawn(&pid_, path.c_str(), &fa, nullptr, argv, environ) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&fa);
     close(to_child[0]);
     close(from_child[1]);
