@@ -1,6 +1,7 @@
 // NcclTransport on the GPUs of this machine: one thread per rank, one GPU per rank (two ranks
 // share a GPU when there is only one). Skipped without GPUs.
 #include "worker/gpu/nccl_transport.h"
+#include "worker/gpu/nccl_bootstrap.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -203,6 +204,34 @@ TEST(NcclTransportTest, InitTimesOutWhenPeersDoNotJoin) {
   auto t = NcclTransport::Create(o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kDeadlineExceeded) << t.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(12));
+}
+
+TEST(NcclBootstrapTest, OnlyRankZeroMayCreateTheId) {
+  auto b = NcclBootstrap::Start(0, 1, 2, "", absl::Seconds(1));
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("nccl_unique_id"), std::string::npos);
+  EXPECT_EQ(NcclBootstrap::Start(0, 2, 2, "x", absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The service's sequence: rank 0 opens first and creates the id, rank 1 opens with it; both
+// return at once and the transports are usable once Get() returns.
+TEST(NcclBootstrapTest, RankZeroIdBootstrapsTheGroup) {
+  SKIP_UNLESS_GPUS(1);
+  const int gpus = VisibleGpus();
+  auto b0 = NcclBootstrap::Start(0, 0, 2, "", absl::Seconds(60));
+  ASSERT_TRUE(b0.ok()) << b0.status();
+  auto b1 = NcclBootstrap::Start(1 % gpus, 1, 2, (*b0)->unique_id(), absl::Seconds(60));
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  EXPECT_EQ((*b0)->unique_id(), (*b1)->unique_id());
+  auto t0 = (*b0)->Get(absl::Seconds(60));
+  auto t1 = (*b1)->Get(absl::Seconds(60));
+  ASSERT_TRUE(t0.ok()) << t0.status();
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  EXPECT_EQ((*t0)->rank(), 0);
+  EXPECT_EQ((*t1)->rank(), 1);
+  EXPECT_EQ((*t1)->Name(), "nccl");
+  EXPECT_NE((*b1)->nccl(), nullptr);
 }
 
 }  // namespace
