@@ -1,0 +1,8 @@
+// Backward instantiation: bf16, head dim 64 (one per file so nvcc builds them in parallel).
+#include "kernels/cuda/flash_bwd_kernel.cuh"
+
+namespace dfa::cuda {
+cudaError_t LaunchBwdBf16Hdim64(const BwdParams& p, cudaStream_t stream) {
+  return LaunchBwd<__nv_bfloat16, 64, 64, 64, 4>(p, stream);  // kD, kBlockM, kBlockN, kNWarps
+}
+}  // namespace dfa::cuda

@@ -1,0 +1,166 @@
+// dfa_kernel_bench: TFLOP/s of the CUDA backend's forward and backward units, one GPU.
+//   dfa_kernel_bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16]
+// Configs: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 query heads (= kv heads), batch 1.
+// FLOPs as ANCHORS.md counts them (forward 4·B·H·S²·D, halved for causal; backward 2.5×).
+// Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
+// the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
+// Prints a markdown table; exits non-zero with a message when no GPU is usable.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_backend.h"
+
+namespace dfa {
+namespace {
+
+#define BENCH_CHECK(expr)                                                   \
+  do {                                                                      \
+    auto st_ = (expr);                                                      \
+    if (!st_.ok()) {                                                        \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, st_.ToString().c_str()); \
+      return 1;                                                             \
+    }                                                                       \
+  } while (0)
+
+// Fills `bytes` of device memory with a repeated block of random 2-byte values in [-1, 1).
+absl::Status FillRandom(AttentionBackend& be, void* dst, size_t bytes, DType t, uint64_t seed) {
+  const size_t kBlock = size_t{1} << 22;  // elements
+  std::vector<uint16_t> h(kBlock);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (auto& x : h) x = t == DType::kBF16 ? FloatToBF16(dist(rng)) : FloatToHalf(dist(rng));
+  for (size_t off = 0; off < bytes; off += kBlock * 2) {
+    const size_t n = std::min(kBlock * 2, bytes - off);
+    RETURN_IF_ERROR(be.Copy(static_cast<char*>(dst) + off, h.data(), n,
+                            AttentionBackend::CopyKind::kHostToDevice, nullptr));
+  }
+  return be.Synchronize(nullptr);
+}
+
+int Main(int argc, char** argv) {
+  bool quick = false;
+  DType dtype = DType::kBF16;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      dtype = std::strcmp(argv[++i], "f16") ? DType::kBF16 : DType::kF16;
+    }
+  }
+  auto be_or = CreateBackend("cuda", {});
+  if (!be_or.ok()) {
+    std::fprintf(stderr, "no usable GPU: %s\n", be_or.status().ToString().c_str());
+    return 2;
+  }
+  AttentionBackend& be = **be_or;
+  const int kHeads = 32;
+  std::vector<int64_t> lengths = quick ? std::vector<int64_t>{4096, 16384} : std::vector<int64_t>{4096, 16384, 65536};
+  const int64_t max_s = lengths.back();
+  const size_t max_elems = size_t(max_s) * kHeads * 128;
+  void *q, *k, *v, *dout, *out;
+  float *lse, *delta, *dq, *dk, *dv;
+  auto alloc = [&](size_t bytes) -> void* {
+    auto p = be.Alloc(bytes);
+    if (!p.ok()) {
+      std::fprintf(stderr, "alloc: %s\n", p.status().ToString().c_str());
+      return nullptr;
+    }
+    return *p;
+  };
+  q = alloc(max_elems * 2), k = alloc(max_elems * 2), v = alloc(max_elems * 2);
+  dout = alloc(max_elems * 2), out = alloc(max_elems * 2);
+  lse = static_cast<float*>(alloc(size_t(max_s) * kHeads * 4));
+  delta = static_cast<float*>(alloc(size_t(max_s) * kHeads * 4));
+  dq = static_cast<float*>(alloc(max_elems * 4));
+  dk = static_cast<float*>(alloc(max_elems * 4));
+  dv = static_cast<float*>(alloc(max_elems * 4));
+  if (!q || !k || !v || !dout || !out || !lse || !delta || !dq || !dk || !dv) return 1;
+  BENCH_CHECK(FillRandom(be, q, max_elems * 2, dtype, 1));
+  BENCH_CHECK(FillRandom(be, k, max_elems * 2, dtype, 2));
+  BENCH_CHECK(FillRandom(be, v, max_elems * 2, dtype, 3));
+  BENCH_CHECK(FillRandom(be, dout, max_elems * 2, dtype, 4));
+
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::printf("| kernel | D | S | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (int d : {64, 128}) {
+    for (int64_t s : lengths) {
+      for (MaskKind mask : {MaskKind::kCausal, MaskKind::kFull}) {
+        TensorView tq;
+        tq.dtype = dtype, tq.rows = s, tq.heads = kHeads, tq.head_dim = d;
+        RowStatView st;
+        st.heads = kHeads, st.rows = s;
+        ForwardArgs f;
+        f.scale = 1.f / std::sqrt(float(d));
+        f.mask = mask;
+        f.q = tq, f.q.data = q;
+        f.k = tq, f.k.data = k;
+        f.v = tq, f.v.data = v;
+        f.out = tq, f.out.data = out;
+        f.lse = st, f.lse.data = lse;
+        BackwardArgs b;
+        b.scale = f.scale, b.mask = mask, b.q = f.q, b.k = f.k, b.v = f.v;
+        b.dout = tq, b.dout.data = dout;
+        b.lse = f.lse;
+        b.delta = st, b.delta.data = delta;
+        TensorView g = tq;
+        g.dtype = DType::kF32;
+        b.dq = g, b.dq.data = dq;
+        b.dk = g, b.dk.data = dk;
+        b.dv = g, b.dv.data = dv;
+        const size_t grad_bytes = size_t(s) * kHeads * d * 4;
+        const double flops = ForwardFlops(1, kHeads, d, 0, s, 0, s, mask);
+        const int reps = s >= 65536 ? 3 : (s >= 16384 ? 5 : 20);
+
+        BENCH_CHECK(be.Forward(f));  // warm-up
+        cudaEventRecord(e0);
+        for (int r = 0; r < reps; ++r) BENCH_CHECK(be.Forward(f));
+        cudaEventRecord(e1);
+        BENCH_CHECK(be.Synchronize(nullptr));
+        float fwd_ms = 0;
+        cudaEventElapsedTime(&fwd_ms, e0, e1);
+        fwd_ms /= reps;
+
+        BENCH_CHECK(be.Memset(dk, 0, grad_bytes, nullptr));
+        BENCH_CHECK(be.Memset(dv, 0, grad_bytes, nullptr));
+        auto backward = [&]() -> absl::Status {
+          RETURN_IF_ERROR(be.Memset(dq, 0, grad_bytes, nullptr));
+          RETURN_IF_ERROR(be.ComputeDelta(b.dout, f.out, b.delta, nullptr));
+          return be.Backward(b);
+        };
+        BENCH_CHECK(backward());  // warm-up
+        cudaEventRecord(e0);
+        for (int r = 0; r < reps; ++r) BENCH_CHECK(backward());
+        cudaEventRecord(e1);
+        BENCH_CHECK(be.Synchronize(nullptr));
+        float bwd_ms = 0;
+        cudaEventElapsedTime(&bwd_ms, e0, e1);
+        bwd_ms /= reps;
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) {
+          std::fprintf(stderr, "cuda error: %s\n", cudaGetErrorString(err));
+          return 1;
+        }
+        std::printf("| dfa-%s | %d | %lldK | %s | %.3f | %.1f | %.3f | %.1f |\n", std::string(DTypeName(dtype)).c_str(), d,
+                    static_cast<long long>(s / 1024), mask == MaskKind::kCausal ? "yes" : "no", fwd_ms,
+                    flops / (fwd_ms * 1e-3) / 1e12, bwd_ms, 2.5 * flops / (bwd_ms * 1e-3) / 1e12);
+        std::fflush(stdout);
+      }
+    }
+  }
+  for (void* p : {q, k, v, dout, out}) be.Free(p);
+  for (float* p : {lse, delta, dq, dk, dv}) be.Free(p);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dfa
+
+int main(int argc, char** argv) { return dfa::Main(argc, argv); }

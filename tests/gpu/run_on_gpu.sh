@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the GPU kernel checks and benchmarks on the GPU machine (see docs/kernels-cuda.md).
+# Expects the binaries and their bundled libraries in $G (default .gpu-kernels, built here
+# with tests/gpu/pack_for_gpu.sh) and writes logs to $OUT (default ./gpu-out).
+#   tests/gpu/run_on_gpu.sh [test] [check] [bench-dfa] [bench-dfa-quick] [bench-sdpa]
+set -uo pipefail
+G=${G:-.gpu-kernels}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=$PWD/$G/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+nvidia-smi -L
+for step in "$@"; do
+  echo "=== $step"
+  case $step in
+    test) timeout 120 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test.log" | grep -E "OK|FAIL|SKIP|Failure|Expected|Which is|error|rel|trace" | head -60 ;;
+    check) mkdir -p /tmp/dfa-cases && timeout 60 "$G/dfa_sdpa_cases" /tmp/dfa-cases &&
+      timeout 180 python3 tests/gpu/sdpa_check.py /tmp/dfa-cases 2>&1 | tee "$OUT/sdpa_check.log" ;;
+    bench-dfa) timeout 300 "$G/dfa_kernel_bench" 2>&1 | tee "$OUT/bench_dfa.md" ;;
+    bench-dfa-quick) timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_dfa.md" ;;
+    bench-sdpa) timeout 300 python3 tests/gpu/bench_sdpa.py 2>&1 | tee "$OUT/bench_sdpa.md" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
