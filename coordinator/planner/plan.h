@@ -19,7 +19,14 @@
 //     kDqPartial, kDkvPartial) is merged/added into the owner's accumulator on arrival.
 //  Every send in step t from w to p is matched by exactly one recv in step t on p from w with
 //  the same tensor and rows; all sends/recvs of a step are posted together (one NCCL group), so
-//  no ordering inside a step can deadlock.
+//  no ordering inside a step can deadlock. Between one pair of workers the messages of a step
+//  are posted in CanonicalTransferLess order on both sides (non-partials first: the executor
+//  posts step t+1's partial sends after step t's computes, the rest before them).
+//  A kQ/kKV/kGradIn send of rows not owned by the sender forwards (a part of) a buffer it
+//  received earlier. A partial buffer is sent exactly once, whole, to the owner of its rows, and
+//  no compute writes to it after that. Every visible (query, key) pair is computed exactly once
+//  per pass; CheckPlan (plan_checker.h) verifies all of this.
+//  A plan may end with steps that only communicate (e.g. the backward's last dK/dV partials).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +34,7 @@
 #include <vector>
 
 #include "kernels/attention_backend.h"
+#include "kernels/dtype.h"
 #include "kernels/status.h"
 
 namespace dfa {
@@ -52,11 +60,13 @@ struct Transfer {
   int peer = 0;
   PlanTensor tensor = PlanTensor::kKV;
   RowRange rows;
+  friend bool operator==(const Transfer&, const Transfer&) = default;
 };
 
 struct ComputeOp {
   RowRange q_rows;
   RowRange kv_rows;
+  friend bool operator==(const ComputeOp&, const ComputeOp&) = default;
 };
 
 struct PlanStep {
@@ -70,6 +80,29 @@ struct WorkerPlan {
   std::vector<PlanStep> forward;
   std::vector<PlanStep> backward;
 };
+
+// Makes sense of a plan's rows in bytes: the per-token tensor shape of a session.
+struct AttentionShape {
+  int batch = 1;
+  int q_heads = 1;
+  int kv_heads = 1;
+  int head_dim = 128;
+  DType dtype = DType::kBF16;
+};
+
+// Bytes one Transfer of `rows` rows moves (the executor's wire format, see
+// worker/executor/plan_executor.h): K/V at kv_heads, partials and statistics in fp32.
+int64_t TransferBytes(const AttentionShape& shape, PlanTensor tensor, int64_t rows);
+// "q", "kv", "out_partial", "grad_in", "dq_partial", "dkv_partial".
+const char* PlanTensorName(PlanTensor t);
+// Partials are produced by computes and merged/added by the receiving owner.
+inline bool IsPartial(PlanTensor t) {
+  return t == PlanTensor::kOutPartial || t == PlanTensor::kDqPartial ||
+         t == PlanTensor::kDkvPartial;
+}
+// Canonical order of the transfers between one pair of workers in one step: non-partial before
+// partial tensors (the executor posts partials after the step's computes), then by tensor, rows.
+bool CanonicalTransferLess(const Transfer& a, const Transfer& b);
 
 struct Plan {
   std::string schedule;

@@ -1,0 +1,17 @@
+// `dfa plan`: makes a plan, checks it (CheckPlan) and prints its steps and cost-model figures.
+//
+//   dfa plan --workers P --seq S [--heads H --kv-heads HK --head-dim D --batch B --dtype bf16]
+//            [--causal|--full] [--speeds a,b,...] --schedule ring|distflash|zigzag|balanced
+//            [--json] [--steps|--no-steps] [--tflops F --bandwidth-gbps G --latency-us L]
+//
+// argv[0] is the subcommand name ("plan"); the rest are its flags (--name value or
+// --name=value). Output goes to stdout, errors to stderr. Returns 0 on success, 2 for bad input
+// (with a message naming the flag), 1 if a made plan fails its check (a planner bug).
+// Thread-compatible (no global state).
+#pragma once
+
+namespace dfa {
+
+int RunPlanCommand(int argc, char** argv);
+
+}  // namespace dfa

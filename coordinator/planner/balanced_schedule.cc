@@ -1,0 +1,134 @@
+// Our balanced schedule. Three ideas (docs/planner.md has the numbers):
+//  1. Shards are contiguous and sized so that the visible work of worker w's queries is
+//     proportional to its speed: sum over its rows of visible keys = total * s_w / sum(s).
+//     Every worker then computes exactly its share, with its own queries only (no partial
+//     outputs to return, no merges across workers in the forward pass).
+//  2. K/V go straight from their owner to each worker that needs them (never forwarded), so a
+//     slow or busy worker never delays a chain of others; each K/V chunk reaches a worker once.
+//  3. Each worker spreads its work list (own block first, then the other chunks newest first)
+//     evenly over T = P steps, cutting blocks into query sub-blocks; step 0 uses own data only.
+//     All workers thus finish step t at the same time t * makespan / T (in the cost model), and
+//     step t+1's K/V transfers overlap step t's compute.
+#include <algorithm>
+#include <cmath>
+
+#include "coordinator/planner/plan_builder.h"
+#include "coordinator/planner/planner.h"
+
+namespace dfa {
+
+using planner_internal::AddForwardCompute;
+using planner_internal::AddForwardTransfer;
+
+namespace {
+
+// Visible pairs of query rows [0, rows) against the whole sequence.
+double PrefixWork(int64_t rows, int64_t seq_len, bool causal) {
+  const double r = static_cast<double>(rows);
+  return causal ? r * (r + 1) / 2 : r * static_cast<double>(seq_len);
+}
+
+// Shard boundaries b[0..P] with work(b[w], b[w+1]) proportional to speeds[w].
+std::vector<int64_t> ShardBoundaries(const PlanRequest& r, const std::vector<double>& speeds) {
+  const int P = r.workers;
+  const int64_t S = r.seq_len;
+  double total_speed = 0;
+  for (double s : speeds) total_speed += s;
+  const double total = PrefixWork(S, S, r.causal);
+  std::vector<int64_t> b(P + 1, 0);
+  b[P] = S;
+  double cum = 0;
+  for (int w = 1; w < P; ++w) {
+    cum += speeds[w - 1];
+    const double target = total * cum / total_speed;
+    int64_t lo = 0, hi = S;  // smallest R with PrefixWork(R) >= target
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (PrefixWork(mid, S, r.causal) >= target) hi = mid; else lo = mid + 1;
+    }
+    if (lo > 0 && target - PrefixWork(lo - 1, S, r.causal) < PrefixWork(lo, S, r.causal) - target) {
+      --lo;
+    }
+    b[w] = std::clamp<int64_t>(lo, b[w - 1] + 1, S - (P - w));
+  }
+  return b;
+}
+
+// Largest r in [q0, q1] such that the pairs of rows [q0, r) x kv are nearest to `need`.
+int64_t CutRow(int64_t q0, int64_t q1, const RowRange& kv, MaskKind mask, double need) {
+  auto pairs = [&](int64_t r) {
+    return static_cast<double>(VisiblePairs(q0, r - q0, kv.begin, kv.size(), mask));
+  };
+  int64_t lo = q0, hi = q1;  // smallest r with pairs(r) >= need
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (pairs(mid) >= need) hi = mid; else lo = mid + 1;
+  }
+  if (lo > q0 && need - pairs(lo - 1) < pairs(lo) - need) --lo;
+  return lo;
+}
+
+}  // namespace
+
+Plan MakeBalancedPlan(const PlanRequest& r) {
+  const int P = r.workers;
+  Plan plan;
+  plan.schedule = "balanced";
+  plan.seq_len = r.seq_len;
+  plan.causal = r.causal;
+  plan.workers.resize(P);
+  std::vector<double> speeds = r.speeds;
+  if (speeds.empty()) speeds.assign(P, 1.0);
+  const std::vector<int64_t> b = ShardBoundaries(r, speeds);
+  auto shard = [&](int w) { return RowRange{b[w], b[w + 1]}; };
+  const MaskKind mask = plan.mask();
+  const int T = P;
+
+  for (int w = 0; w < P; ++w) {
+    plan.workers[w].owned = {shard(w)};
+    // The work list: own block, then the other shards newest first (causal: earlier ones only).
+    std::vector<int> kv_owner = {w};
+    for (int k = 1; k < P; ++k) {
+      const int j = ((w - k) % P + P) % P;
+      if (!r.causal || j < w) kv_owner.push_back(j);
+    }
+    auto work_of = [&](const RowRange& q, const RowRange& kv) {
+      return static_cast<double>(VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), mask));
+    };
+    double total = 0;
+    for (int j : kv_owner) total += work_of(shard(w), shard(j));
+    const double own = work_of(shard(w), shard(w));
+    // End-of-step cumulative targets: step 0 holds own work only.
+    std::vector<double> target(T, total);
+    if (T > 1) {
+      const double c0 = std::min(own, total / T);
+      for (int t = 0; t < T; ++t) target[t] = c0 + (total - c0) * t / (T - 1);
+    }
+    double done = 0;
+    int t = 0;
+    for (int j : kv_owner) {
+      const RowRange kv = shard(j);
+      int first_step = -1;
+      if (j != w && t == 0 && T > 1) t = 1;
+      int64_t q = shard(w).begin;
+      while (q < shard(w).end) {
+        int64_t cut = shard(w).end;
+        if (t < T - 1) cut = CutRow(q, shard(w).end, kv, mask, target[t] - done);
+        if (cut > q) {
+          const RowRange part{q, cut};
+          AddForwardCompute(plan, t, w, part, kv);
+          if (first_step < 0) first_step = t;
+          done += work_of(part, kv);
+          q = cut;
+        }
+        if (q < shard(w).end) ++t;  // this step is full
+      }
+      if (j != w && first_step >= 0) {
+        AddForwardTransfer(plan, first_step, j, w, PlanTensor::kKV, kv);
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace dfa

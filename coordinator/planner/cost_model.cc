@@ -1,0 +1,135 @@
+#include "coordinator/planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace dfa {
+namespace {
+
+struct Message {
+  int from, to;
+  double post_send, post_recv;
+  int64_t bytes;
+};
+
+PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<double>& speeds,
+                      bool fwd) {
+  const int P = plan.num_workers();
+  const double flops_per_pair = 4.0 * p.shape.batch * p.shape.q_heads * p.shape.head_dim *
+                                (fwd ? 1.0 : 2.5);
+  const double unit = std::pow(static_cast<double>(plan.seq_len) / P, 2);
+  size_t steps = 0;
+  for (const WorkerPlan& w : plan.workers) steps = std::max(steps, (fwd ? w.forward : w.backward).size());
+  PassCost cost;
+  cost.steps = static_cast<int>(steps);
+  cost.workers.resize(P);
+  double total_compute = 0, total_speed = 0, compute_bound = 0;
+  // compute[w][t]: seconds of step t's computes on worker w.
+  std::vector<std::vector<double>> compute(P, std::vector<double>(steps, 0));
+  for (int w = 0; w < P; ++w) {
+    total_speed += speeds[w];
+    const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
+    double busy = 0;
+    for (size_t t = 0; t < pass.size(); ++t) {
+      for (const ComputeOp& c : pass[t].computes) {
+        const double pairs = static_cast<double>(VisiblePairs(
+            c.q_rows.begin, c.q_rows.size(), c.kv_rows.begin, c.kv_rows.size(), plan.mask()));
+        const double seconds = pairs * flops_per_pair / p.flops_per_second;
+        total_compute += seconds;
+        compute[w][t] += seconds / speeds[w];
+        cost.workers[w].work_units += pairs / unit;
+      }
+      busy += compute[w][t];
+    }
+    compute_bound = std::max(compute_bound, busy);
+  }
+  cost.ideal_seconds = total_compute / total_speed;
+
+  std::vector<double> start_prev(P, 0), end_prev(P, 0);  // step t-1's compute start / end
+  std::vector<double> out_free(P, 0), in_free(P, 0);
+  for (size_t t = 0; t < steps; ++t) {
+    // When each worker posts step t: recvs and non-partials at step t-1's start, partials at its
+    // end (step 0: everything at time 0).
+    std::vector<Message> msgs;
+    for (int w = 0; w < P; ++w) {
+      const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
+      if (t >= pass.size()) continue;
+      for (const Transfer& x : pass[t].sends) {
+        const double post_send = t == 0 ? 0 : (IsPartial(x.tensor) ? end_prev[w] : start_prev[w]);
+        const double post_recv = t == 0 ? 0 : start_prev[x.peer];
+        msgs.push_back({w, x.peer, post_send, post_recv,
+                        TransferBytes(p.shape, x.tensor, x.rows.size())});
+      }
+    }
+    std::sort(msgs.begin(), msgs.end(), [](const Message& a, const Message& b) {
+      return std::max(a.post_send, a.post_recv) < std::max(b.post_send, b.post_recv);
+    });
+    std::vector<double> ready(P, 0);  // when step t's messages of each worker are done
+    for (const Message& m : msgs) {
+      double begin = std::max(m.post_send, m.post_recv);
+      double done = begin;
+      if (p.bandwidth_bytes_per_second > 0) {
+        begin = std::max({begin, out_free[m.from], in_free[m.to]});
+        done = begin + p.latency_seconds + static_cast<double>(m.bytes) / p.bandwidth_bytes_per_second;
+        out_free[m.from] = in_free[m.to] = begin + static_cast<double>(m.bytes) / p.bandwidth_bytes_per_second;
+      }
+      ready[m.from] = std::max(ready[m.from], done);
+      ready[m.to] = std::max(ready[m.to], done);
+      cost.workers[m.from].bytes_sent += m.bytes;
+      cost.workers[m.to].bytes_received += m.bytes;
+    }
+    for (int w = 0; w < P; ++w) {
+      WorkerCost& wc = cost.workers[w];
+      const double start = std::max(end_prev[w], ready[w]);
+      const double idle = start - end_prev[w];
+      wc.idle_seconds += idle;
+      wc.busy_seconds += compute[w][t];
+      wc.step_idle_seconds.push_back(idle);
+      wc.step_busy_seconds.push_back(compute[w][t]);
+      start_prev[w] = start;
+      end_prev[w] = start + compute[w][t];
+      wc.end_seconds = end_prev[w];
+    }
+  }
+  for (const WorkerCost& wc : cost.workers) {
+    cost.makespan_seconds = std::max(cost.makespan_seconds, wc.end_seconds);
+  }
+  for (WorkerCost& wc : cost.workers) wc.idle_seconds += cost.makespan_seconds - wc.end_seconds;
+  if (cost.ideal_seconds > 0) {
+    cost.makespan_ratio = cost.makespan_seconds / cost.ideal_seconds;
+    cost.compute_makespan_ratio = compute_bound / cost.ideal_seconds;
+  } else {
+    cost.makespan_ratio = cost.compute_makespan_ratio = 1;
+  }
+  return cost;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanCost> EstimateCost(const Plan& plan, const CostParams& params) {
+  std::vector<double> speeds = params.speeds;
+  if (speeds.empty()) speeds.assign(plan.num_workers(), 1.0);
+  if (static_cast<int>(speeds.size()) != plan.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("speeds: ", speeds.size(), " values for ",
+                                                   plan.num_workers(), " workers"));
+  }
+  for (size_t i = 0; i < speeds.size(); ++i) {
+    if (!(speeds[i] > 0) || !std::isfinite(speeds[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("speeds[", i, "] must be positive"));
+    }
+  }
+  if (!(params.flops_per_second > 0)) {
+    return absl::InvalidArgumentError("flops_per_second must be positive");
+  }
+  if (params.bandwidth_bytes_per_second < 0 || params.latency_seconds < 0) {
+    return absl::InvalidArgumentError("bandwidth and latency must be >= 0");
+  }
+  PlanCost cost;
+  cost.forward = EstimatePass(plan, params, speeds, true);
+  cost.backward = EstimatePass(plan, params, speeds, false);
+  return cost;
+}
+
+}  // namespace dfa

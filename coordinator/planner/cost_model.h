@@ -1,0 +1,61 @@
+// The cost model: how long a plan takes, who idles, and what moves, without running it.
+//
+// Compute: a unit costs its visible (query, key) pairs x 4·B·Hq·D FLOPs (backward: x2.5, as
+// ANCHORS.md counts) at `flops_per_second` x the worker's relative speed.
+// Communication: a message costs latency + bytes / bandwidth; each worker has one outgoing and
+// one incoming link, each carrying one message at a time. A message starts when both sides
+// have posted it.
+// Posting mirrors the PlanExecutor exactly: step t+1's receives and non-partial sends are posted
+// when step t's compute starts; step t+1's partial sends when step t's compute ends; step t's
+// compute starts when step t's messages are all done and step t-1's compute has ended. So step
+// t+1's transfers overlap step t's compute (double buffering).
+// Makespan: when the last worker ends its last step. Ideal: total compute seconds of all units
+// at total speed (sum of speeds), i.e. perfect balance with free communication.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "coordinator/planner/plan.h"
+#include "kernels/status.h"
+
+namespace dfa {
+
+struct CostParams {
+  AttentionShape shape;
+  std::vector<double> speeds;          // relative; empty: all 1
+  double flops_per_second = 400e12;    // one worker at speed 1
+  double bandwidth_bytes_per_second = 300e9;  // per link and direction; 0: free communication
+  double latency_seconds = 20e-6;      // per message
+};
+
+struct WorkerCost {
+  double busy_seconds = 0;
+  double idle_seconds = 0;   // waiting for messages before a step, until its last step ends
+  double end_seconds = 0;    // when its last step ends
+  double work_units = 0;     // visible pairs / (S/P)^2: a full unit of contiguous ring shards
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  std::vector<double> step_busy_seconds;
+  std::vector<double> step_idle_seconds;
+};
+
+struct PassCost {
+  std::vector<WorkerCost> workers;
+  double makespan_seconds = 0;
+  double ideal_seconds = 0;
+  double makespan_ratio = 0;          // makespan / ideal (>= 1)
+  double compute_makespan_ratio = 0;  // max busy-at-speed / ideal: communication left out
+  int steps = 0;
+};
+
+struct PlanCost {
+  PassCost forward;
+  PassCost backward;
+};
+
+// INVALID_ARGUMENT for speeds of the wrong count or not positive, non-positive flops, negative
+// bandwidth or latency. The plan is assumed to pass CheckPlan.
+absl::StatusOr<PlanCost> EstimateCost(const Plan& plan, const CostParams& params);
+
+}  // namespace dfa

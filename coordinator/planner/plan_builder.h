@@ -1,0 +1,28 @@
+// Small helpers the schedule files share to build a Plan (internal to the planner).
+#pragma once
+
+#include "coordinator/planner/plan.h"
+
+namespace dfa::planner_internal {
+
+// The step `t` of a worker's pass, growing the pass as needed.
+inline PlanStep& StepAt(std::vector<PlanStep>& pass, int t) {
+  if (static_cast<int>(pass.size()) <= t) pass.resize(t + 1);
+  return pass[t];
+}
+
+// Adds a matched send (on `from`) and recv (on `to`) at forward step t.
+inline void AddForwardTransfer(Plan& plan, int t, int from, int to, PlanTensor tensor,
+                               RowRange rows) {
+  StepAt(plan.workers[from].forward, t).sends.push_back(Transfer{to, tensor, rows});
+  StepAt(plan.workers[to].forward, t).recvs.push_back(Transfer{from, tensor, rows});
+}
+
+inline void AddForwardCompute(Plan& plan, int t, int worker, RowRange q, RowRange kv) {
+  StepAt(plan.workers[worker].forward, t).computes.push_back(ComputeOp{q, kv});
+}
+
+// Pads every worker's forward pass to the same number of steps (empty steps are free).
+void EqualizeSteps(Plan& plan);
+
+}  // namespace dfa::planner_internal

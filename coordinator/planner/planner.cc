@@ -1,0 +1,172 @@
+#include "coordinator/planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/planner/plan_builder.h"
+
+namespace dfa {
+
+int64_t TransferBytes(const AttentionShape& s, PlanTensor tensor, int64_t rows) {
+  const int64_t es = DTypeSize(s.dtype);
+  const int64_t q = int64_t{s.batch} * rows * s.q_heads * s.head_dim;
+  const int64_t kv = int64_t{s.batch} * rows * s.kv_heads * s.head_dim;
+  const int64_t stat = int64_t{s.batch} * s.q_heads * rows * 4;
+  switch (tensor) {
+    case PlanTensor::kQ: return q * es;
+    case PlanTensor::kKV: return 2 * kv * es;
+    case PlanTensor::kOutPartial: return q * 4 + stat;
+    case PlanTensor::kGradIn: return 2 * q * es + 2 * stat;
+    case PlanTensor::kDqPartial: return q * 4;
+    case PlanTensor::kDkvPartial: return 2 * kv * 4;
+  }
+  return 0;
+}
+
+const char* PlanTensorName(PlanTensor t) {
+  switch (t) {
+    case PlanTensor::kQ: return "q";
+    case PlanTensor::kKV: return "kv";
+    case PlanTensor::kOutPartial: return "out_partial";
+    case PlanTensor::kGradIn: return "grad_in";
+    case PlanTensor::kDqPartial: return "dq_partial";
+    case PlanTensor::kDkvPartial: return "dkv_partial";
+  }
+  return "unknown";
+}
+
+bool CanonicalTransferLess(const Transfer& a, const Transfer& b) {
+  return std::make_tuple(IsPartial(a.tensor), static_cast<int>(a.tensor), a.rows.begin,
+                         a.rows.end) < std::make_tuple(IsPartial(b.tensor),
+                                                       static_cast<int>(b.tensor), b.rows.begin,
+                                                       b.rows.end);
+}
+
+int64_t ChunkBoundary(int64_t seq_len, int64_t n, int64_t i) {
+  // seq_len * i may overflow for absurd inputs only (seq_len < 2^40, n <= 2^20 is fine).
+  return static_cast<int64_t>((static_cast<__int128>(seq_len) * i) / n);
+}
+
+int OwnerOf(const Plan& plan, int64_t row) {
+  for (int w = 0; w < plan.num_workers(); ++w) {
+    for (const RowRange& r : plan.workers[w].owned) {
+      if (r.begin <= row && row < r.end) return w;
+    }
+  }
+  return -1;
+}
+
+namespace planner_internal {
+void EqualizeSteps(Plan& plan) {
+  size_t n = 0;
+  for (const WorkerPlan& w : plan.workers) n = std::max(n, w.forward.size());
+  for (WorkerPlan& w : plan.workers) w.forward.resize(n);
+}
+}  // namespace planner_internal
+
+absl::Status ValidatePlanRequest(const PlanRequest& r) {
+  if (r.workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("workers must be >= 1, got ", r.workers));
+  }
+  if (r.workers > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("workers must be <= 4096, got ", r.workers));
+  }
+  if (r.seq_len < r.workers) {
+    return absl::InvalidArgumentError(absl::StrCat("seq_len (", r.seq_len,
+                                                   ") must be >= workers (", r.workers, ")"));
+  }
+  if (r.seq_len > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat("seq_len too large: ", r.seq_len));
+  }
+  if (!r.speeds.empty()) {
+    if (static_cast<int>(r.speeds.size()) != r.workers) {
+      return absl::InvalidArgumentError(absl::StrCat("speeds: ", r.speeds.size(),
+                                                     " values given for ", r.workers,
+                                                     " workers"));
+    }
+    for (size_t i = 0; i < r.speeds.size(); ++i) {
+      if (!(r.speeds[i] > 0) || !std::isfinite(r.speeds[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("speeds[", i, "] must be positive and finite, got ", r.speeds[i]));
+      }
+    }
+  }
+  if (r.schedule == "distflash") {
+    if (r.workers % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "schedule distflash (the paper's Algorithm 2) needs an even number of workers, got ",
+          r.workers, "; use zigzag or balanced"));
+    }
+  } else if (r.schedule == "zigzag") {
+    if (r.seq_len < 2 * int64_t{r.workers}) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "schedule zigzag needs seq_len >= 2*workers (", 2 * r.workers, "), got ", r.seq_len));
+    }
+  } else if (r.schedule != "ring" && r.schedule != "balanced") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "schedule: unknown '", r.schedule, "' (expected ring, distflash, zigzag or balanced)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
+  RETURN_IF_ERROR(ValidatePlanRequest(request));
+  Plan plan;
+  if (request.schedule == "ring") plan = MakeRingPlan(request);
+  if (request.schedule == "distflash") plan = MakeDistFlashPlan(request);
+  if (request.schedule == "zigzag") plan = MakeZigzagPlan(request);
+  if (request.schedule == "balanced") plan = MakeBalancedPlan(request);
+  planner_internal::EqualizeSteps(plan);
+  DeriveBackwardSteps(plan);
+  return plan;
+}
+
+void DeriveBackwardSteps(Plan& plan) {
+  using planner_internal::StepAt;
+  for (WorkerPlan& w : plan.workers) {
+    w.backward = w.forward;
+    for (PlanStep& s : w.backward) {
+      for (auto* list : {&s.sends, &s.recvs}) {
+        for (Transfer& x : *list) {
+          if (x.tensor == PlanTensor::kQ) x.tensor = PlanTensor::kGradIn;
+          if (x.tensor == PlanTensor::kOutPartial) x.tensor = PlanTensor::kDqPartial;
+        }
+      }
+    }
+  }
+  // dK/dV partials: after the last compute that uses a received K/V buffer, send it to the owner.
+  struct Pending {
+    int from, to, step;
+    RowRange rows;
+  };
+  std::vector<Pending> pending;
+  for (int w = 0; w < plan.num_workers(); ++w) {
+    const auto& pass = plan.workers[w].forward;
+    for (int t = 0; t < static_cast<int>(pass.size()); ++t) {
+      for (const Transfer& r : pass[t].recvs) {
+        if (r.tensor != PlanTensor::kKV) continue;
+        int last = -1;
+        for (int u = t; u < static_cast<int>(pass.size()); ++u) {
+          for (const ComputeOp& c : pass[u].computes) {
+            if (r.rows.Contains(c.kv_rows)) last = u;
+          }
+        }
+        if (last >= 0) pending.push_back({w, OwnerOf(plan, r.rows.begin), last + 1, r.rows});
+      }
+    }
+  }
+  for (const Pending& p : pending) {
+    StepAt(plan.workers[p.from].backward, p.step)
+        .sends.push_back(Transfer{p.to, PlanTensor::kDkvPartial, p.rows});
+    StepAt(plan.workers[p.to].backward, p.step)
+        .recvs.push_back(Transfer{p.from, PlanTensor::kDkvPartial, p.rows});
+  }
+  size_t n = 0;
+  for (const WorkerPlan& w : plan.workers) n = std::max(n, w.backward.size());
+  for (WorkerPlan& w : plan.workers) w.backward.resize(n);
+}
+
+}  // namespace dfa

@@ -1,0 +1,53 @@
+// The planner: makes a Plan (plan.h) for P workers and a sequence, by schedule name.
+//
+//   ring      contiguous shards; K/V travel around the ring (forwarded), P steps.
+//   distflash the DistFlashAttn paper's Algorithm 2 (even P only): P/2+1 forward steps;
+//             helpers compute later workers' queries against their own K/V and return partials.
+//   zigzag    worker i owns chunks i and 2P-1-i of 2P; K/V pairs travel around the ring.
+//   balanced  ours: contiguous shards sized so each worker's visible work is proportional to its
+//             speed; each worker receives the K/V it needs straight from the owner (no
+//             forwarding chains) and spreads its work evenly over P steps, step 0 on its own
+//             data only, so every step's communication hides behind the previous step's compute.
+// Backward steps are derived from the forward ones (same routing: kQ -> kGradIn,
+// kOutPartial -> kDqPartial, plus a kDkvPartial back to the K/V owner after the last use of
+// each received K/V buffer). Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "coordinator/planner/plan.h"
+#include "kernels/status.h"
+
+namespace dfa {
+
+struct PlanRequest {
+  std::string schedule = "balanced";
+  int workers = 1;
+  int64_t seq_len = 0;
+  bool causal = true;
+  // Relative worker speeds (empty: all 1). Used by "balanced" to size the shards.
+  std::vector<double> speeds;
+};
+
+// INVALID_ARGUMENT naming the field for: workers < 1, seq_len < workers, speeds of the wrong
+// count or not positive/finite, an unknown schedule, distflash with odd workers.
+absl::Status ValidatePlanRequest(const PlanRequest& request);
+
+absl::StatusOr<Plan> MakePlan(const PlanRequest& request);
+
+// The individual schedules (request already validated).
+Plan MakeRingPlan(const PlanRequest& request);
+Plan MakeDistFlashPlan(const PlanRequest& request);
+Plan MakeZigzagPlan(const PlanRequest& request);
+Plan MakeBalancedPlan(const PlanRequest& request);
+
+// Fills every worker's backward steps from its forward steps (see above).
+void DeriveBackwardSteps(Plan& plan);
+
+// Token boundary of chunk `i` of `n` equal chunks of [0, seq_len): floor(i * seq_len / n).
+int64_t ChunkBoundary(int64_t seq_len, int64_t n, int64_t i);
+// Index of the worker that owns global row `row` (-1 when none).
+int OwnerOf(const Plan& plan, int64_t row);
+
+}  // namespace dfa
