@@ -1,0 +1,113 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/support/status_code_enum.h"
+
+namespace dfa {
+namespace {
+
+const char* CodeName(int code) {
+  static const char* const kNames[] = {
+      "OK",          "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",    "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",       "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+
+}  // namespace
+
+std::string JobKindLabel(v1::JobKind kind) {
+  return kind == v1::JOB_BACKWARD ? "backward" : "forward";
+}
+
+std::string JobStateLabel(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_SUCCEEDED: return "succeeded";
+    case v1::JOB_FAILED: return "failed";
+    case v1::JOB_CANCELLED: return "cancelled";
+    case v1::JOB_RUNNING: return "running";
+    case v1::JOB_QUEUED: return "queued";
+    default: return "unspecified";
+  }
+}
+
+CoordinatorMetrics::CoordinatorMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      latency_(prometheus::BuildHistogram()
+                   .Name("dfa_coordinator_job_latency_seconds")
+                   .Help("Job latency from submission to its final state")
+                   .Register(*registry_)),
+      jobs_(prometheus::BuildCounter()
+                .Name("dfa_coordinator_jobs_total")
+                .Help("Finished jobs by kind and final state")
+                .Register(*registry_)),
+      flops_(prometheus::BuildCounter()
+                 .Name("dfa_coordinator_attention_flops_total")
+                 .Help("Attention FLOPs of succeeded jobs")
+                 .Register(*registry_)),
+      queue_depth_(prometheus::BuildGauge()
+                       .Name("dfa_coordinator_queue_depth")
+                       .Help("Jobs queued, not yet running")
+                       .Register(*registry_)
+                       .Add({})),
+      sessions_(prometheus::BuildGauge()
+                    .Name("dfa_coordinator_sessions")
+                    .Help("Open sessions")
+                    .Register(*registry_)
+                    .Add({})),
+      memory_reserved_(prometheus::BuildGauge()
+                           .Name("dfa_coordinator_memory_reserved_bytes")
+                           .Help("Bytes reserved by sessions over all workers")
+                           .Register(*registry_)
+                           .Add({})),
+      live_workers_(prometheus::BuildGauge()
+                        .Name("dfa_coordinator_live_workers")
+                        .Help("Workers with a valid lease")
+                        .Register(*registry_)
+                        .Add({})),
+      grpc_errors_(prometheus::BuildCounter()
+                       .Name("dfa_grpc_errors_total")
+                       .Help("RPCs answered with a non-OK status")
+                       .Register(*registry_)) {}
+
+absl::StatusOr<int> CoordinatorMetrics::Serve(int port) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat("0.0.0.0:", port));
+  } catch (const std::exception& e) {  // civetweb reports bind errors by throwing
+    return absl::UnavailableError(
+        absl::StrCat("metrics_port: cannot serve metrics on port ", port, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? port : ports[0];
+}
+
+void CoordinatorMetrics::JobFinished(v1::JobKind kind, v1::JobState state,
+                                     double latency_seconds, double flops) {
+  const std::string k = JobKindLabel(kind);
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000};
+  latency_.Add({{"kind", k}}, kBuckets).Observe(latency_seconds);
+  jobs_.Add({{"kind", k}, {"state", JobStateLabel(state)}}).Increment();
+  if (state == v1::JOB_SUCCEEDED) flops_.Add({{"kind", k}}).Increment(flops);
+}
+
+void CoordinatorMetrics::SetQueueDepth(int jobs) { queue_depth_.Set(jobs); }
+void CoordinatorMetrics::SetSessions(int sessions) { sessions_.Set(sessions); }
+void CoordinatorMetrics::SetMemoryReserved(int64_t bytes) {
+  memory_reserved_.Set(static_cast<double>(bytes));
+}
+void CoordinatorMetrics::SetLiveWorkers(int workers) { live_workers_.Set(workers); }
+
+void CoordinatorMetrics::GrpcError(absl::string_view method, int code) {
+  grpc_errors_
+      .Add({{"component", "coordinator"}, {"method", std::string(method)},
+            {"code", CodeName(code)}})
+      .Increment();
+}
+
+}  // namespace dfa

@@ -1,0 +1,74 @@
+// The Coordinator gRPC service (dfa/v1/coordinator.proto): the one place where requests meet
+// the registry, the sessions and the jobs, and where absl::Status becomes grpc::Status.
+//
+// Lifetime: owns the registry, session and job managers. Tick() must be called periodically
+// (CoordinatorServer does) to expire leases and sessions. Shutdown() cancels running jobs and
+// ends watch streams; call it before the gRPC server's Shutdown so that streams return.
+// Thread safety: every method may be called concurrently (gRPC's sync server threads).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/options.h"
+#include "coordinator/session_manager.h"
+#include "coordinator/worker_registry.h"
+#include "coordinator/worker_stubs.h"
+#include "dfa/v1/coordinator.grpc.pb.h"
+
+namespace dfa {
+
+class CoordinatorService final : public v1::Coordinator::Service {
+ public:
+  CoordinatorService(const CoordinatorOptions& options, CoordinatorMetrics* metrics);
+  ~CoordinatorService() override;
+
+  grpc::Status CreateSession(grpc::ServerContext* ctx, const v1::CreateSessionRequest* req,
+                             v1::CreateSessionResponse* resp) override;
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+                         v1::Job* resp) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                      v1::Job* resp) override;
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                        grpc::ServerWriter<v1::Job>* writer) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                         v1::Job* resp) override;
+  grpc::Status ReleaseSession(grpc::ServerContext* ctx, const v1::ReleaseSessionRequest* req,
+                              v1::ReleaseSessionResponse* resp) override;
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
+                           v1::ListWorkersResponse* resp) override;
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* req,
+                         v1::ClusterStatus* resp) override;
+  grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
+                              v1::RegisterWorkerResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override;
+
+  // Expires leases (failing the lost workers' jobs and sessions) and idle sessions; updates
+  // the gauges.
+  void Tick(absl::Time now);
+  void Shutdown();
+
+ private:
+  // UNAUTHENTICATED unless the request carries the configured token (when one is set).
+  absl::Status Authorize(const grpc::ServerContext& ctx) const;
+  // Converts and counts errors (dfa_grpc_errors_total).
+  grpc::Status Reply(const char* method, const absl::Status& status);
+  void WorkerLost(const std::string& worker_id, uint64_t below_incarnation,
+                  absl::string_view reason);
+  int LeaseMs() const;
+
+  const CoordinatorOptions options_;
+  CoordinatorMetrics* const metrics_;
+  WorkerRegistry registry_;
+  WorkerStubs stubs_;
+  SessionManager sessions_;
+  JobManager jobs_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace dfa

@@ -1,0 +1,69 @@
+// dfa-coordinator: the cluster's coordinator daemon. See coordinator_server.h and
+// docs/coordinator.md. Stops cleanly on SIGTERM or SIGINT.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "coordinator/coordinator_server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "gRPC listen address host:port (port 0: any)");
+ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics port (-1 off, 0 any free port)");
+ABSL_FLAG(int, lease_ms, 3000, "worker lease: dropped after this long without a heartbeat");
+ABSL_FLAG(int, session_ttl_s, 600, "default session time-to-live after its last activity");
+ABSL_FLAG(int, rpc_timeout_ms, 10000, "deadline of control calls to workers");
+ABSL_FLAG(int, job_timeout_s, 3600, "deadline of one worker's part of a job");
+ABSL_FLAG(int64_t, max_seq_len, int64_t{1} << 22, "largest seq_len a session may have");
+ABSL_FLAG(int, max_batch, 1024, "largest batch a session may have");
+ABSL_FLAG(int, max_heads, 1024, "largest q_heads / kv_heads a session may have");
+ABSL_FLAG(int, max_sessions, 1024, "open sessions the coordinator holds at most");
+ABSL_FLAG(int, max_retained_jobs, 10000, "finished jobs kept for GetJob/WatchJob");
+ABSL_FLAG(std::string, auth_token, "",
+          "if set, client RPCs must carry metadata 'authorization: Bearer <token>'");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("dfa-coordinator: DistFlashAttn Service coordinator daemon");
+  absl::ParseCommandLine(argc, argv);
+
+  dfa::CoordinatorOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  options.session_ttl = absl::Seconds(absl::GetFlag(FLAGS_session_ttl_s));
+  options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
+  options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
+  options.max_retained_jobs = absl::GetFlag(FLAGS_max_retained_jobs);
+  options.auth_token = absl::GetFlag(FLAGS_auth_token);
+  options.limits.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
+  options.limits.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.limits.max_heads = absl::GetFlag(FLAGS_max_heads);
+  options.limits.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+
+  // SIGTERM/SIGINT are blocked before any thread starts (threads inherit the mask) and taken
+  // synchronously by sigwait below, so shutdown runs on the main thread, not in a handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  dfa::CoordinatorServer server(options);
+  if (absl::Status s = server.Start(); !s.ok()) {
+    std::fprintf(stderr, "dfa-coordinator: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("dfa-coordinator listening on %s\n", server.address().c_str());
+  if (server.metrics_port() >= 0) {
+    std::printf("dfa-coordinator metrics on port %d\n", server.metrics_port());
+  }
+  std::fflush(stdout);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::printf("dfa-coordinator: stopping\n");
+  std::fflush(stdout);
+  server.Shutdown();
+  return 0;
+}

@@ -1,0 +1,395 @@
+#include "coordinator/session_manager.h"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/grpc_status.h"
+#include "coordinator/session_memory.h"
+#include "coordinator/session_plan.h"
+#include "coordinator/spec_validation.h"
+
+namespace dfa {
+namespace {
+
+constexpr size_t kMaxTombstones = 100000;
+constexpr int kMaxWorkersPerSession = 4096;
+
+// Runs fn(i) for i in [0, n) on n threads and waits for all.
+template <typename Fn>
+void ParallelFor(int n, Fn fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int i = 0; i < n; ++i) threads.emplace_back([&fn, i] { fn(i); });
+  for (std::thread& t : threads) t.join();
+}
+
+std::string WorkerName(const SessionShard& s) {
+  return absl::StrCat("worker ", s.worker_id, " (", s.address, ")");
+}
+
+}  // namespace
+
+std::string NewId(absl::string_view prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("%s%016x%016x", prefix, rng(), rng());
+}
+
+SessionManager::SessionManager(const CoordinatorOptions& options, WorkerRegistry* registry,
+                               WorkerStubs* stubs)
+    : options_(options), registry_(registry), stubs_(stubs) {}
+
+int64_t SessionManager::ReservedLocked(const std::string& worker_id) const {
+  int64_t total = 0;
+  for (const auto& [id, e] : sessions_) {
+    if (e.lost) continue;
+    for (const SessionShard& s : e.info->shards) {
+      if (s.worker_id == worker_id) total += s.bytes;
+    }
+  }
+  return total;
+}
+
+absl::StatusOr<std::vector<RegisteredWorker>> SessionManager::Place(
+    const v1::CreateSessionRequest& request) {
+  std::vector<RegisteredWorker> live = registry_->Snapshot();
+  if (live.empty()) return absl::UnavailableError("no live workers are registered");
+  const int requested = request.num_workers();
+  absl::Status why = absl::OkStatus();
+  // GPU workers first: a session lives on workers of one backend (one transport).
+  for (const char* backend : {"cuda", "cpu"}) {
+    std::vector<RegisteredWorker> group;
+    for (const RegisteredWorker& w : live) {
+      if (w.info.backend() == backend) group.push_back(w);
+    }
+    if (group.empty()) continue;
+    absl::Status fits = ValidateSpecForPlacement(request.spec(), backend, 1);
+    if (fits.ok() && requested > static_cast<int>(group.size())) {
+      fits = absl::ResourceExhaustedError(absl::StrCat(
+          "num_workers: ", requested, " requested but only ", group.size(), " live ", backend,
+          " workers are registered"));
+    }
+    if (!fits.ok()) {
+      if (why.ok()) why = fits;
+      continue;
+    }
+    auto free_bytes = [&](const RegisteredWorker& w) {
+      const int64_t limit = w.info.memory_limit_bytes();
+      return limit == 0 ? std::numeric_limits<int64_t>::max()
+                        : limit - ReservedLocked(w.info.worker_id());
+    };
+    std::stable_sort(group.begin(), group.end(),
+                     [&](const RegisteredWorker& a, const RegisteredWorker& b) {
+                       return free_bytes(a) > free_bytes(b);
+                     });
+    if (requested > 0) group.resize(requested);
+    return group;
+  }
+  return why;
+}
+
+absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
+    const v1::CreateSessionRequest& request) {
+  const CoordinatorLimits& limits = options_.limits;
+  RETURN_IF_ERROR(ValidateSpec(request.spec(), limits));
+  RETURN_IF_ERROR(ValidateSchedule(request.schedule()));
+  if (request.num_workers() < 0 || request.num_workers() > kMaxWorkersPerSession) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers: must be in [0, ",
+                                                   kMaxWorkersPerSession, "], got ",
+                                                   request.num_workers()));
+  }
+  if (request.ttl_seconds() < 0 || request.ttl_seconds() > limits.max_ttl_seconds) {
+    return absl::InvalidArgumentError(absl::StrCat("ttl_seconds: must be in [0, ",
+                                                   limits.max_ttl_seconds, "], got ",
+                                                   request.ttl_seconds()));
+  }
+  if (static_cast<int>(request.client_id().size()) > limits.max_client_id_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_id: longer than ", limits.max_client_id_len, " bytes"));
+  }
+
+  std::vector<RegisteredWorker> placed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int>(sessions_.size()) >= limits.max_sessions) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "sessions: the coordinator holds its limit of ", limits.max_sessions, " sessions"));
+    }
+    ASSIGN_OR_RETURN(placed, Place(request));
+  }
+  const int n = static_cast<int>(placed.size());
+  const std::string backend = placed[0].info.backend();
+  RETURN_IF_ERROR(ValidateSpecForPlacement(request.spec(), backend, n));
+
+  std::vector<double> speeds;
+  for (const RegisteredWorker& w : placed) speeds.push_back(w.info.speed());
+  auto info = std::make_shared<SessionInfo>();
+  ASSIGN_OR_RETURN(info->plan, MakeSessionPlan(request.spec(), request.schedule(), speeds));
+  if (info->plan.workers_size() != n) {
+    return absl::InternalError(absl::StrCat("planner returned ", info->plan.workers_size(),
+                                            " worker plans for ", n, " workers"));
+  }
+  info->session_id = NewId("s-");
+  info->client_id = request.client_id();
+  info->spec = request.spec();
+  info->transport = backend == "cuda" ? "nccl" : "ucx";
+  for (int r = 0; r < n; ++r) {
+    SessionShard s;
+    s.rank = r;
+    s.worker_id = placed[r].info.worker_id();
+    s.address = placed[r].info.address();
+    s.host = placed[r].info.host();
+    s.incarnation = placed[r].incarnation;
+    s.bytes = SessionBytesForWorker(request.spec(), info->plan.workers(r));
+    info->shards.push_back(std::move(s));
+  }
+
+  {  // Admission: reserve on every worker, atomically with respect to other sessions.
+    absl::MutexLock lock(&mu_);
+    for (const SessionShard& s : info->shards) {
+      std::optional<RegisteredWorker> w = registry_->Get(s.worker_id);
+      if (!w || w->incarnation != s.incarnation) {
+        return absl::UnavailableError(
+            absl::StrCat(WorkerName(s), " left the cluster during placement; retry"));
+      }
+      const int64_t limit = w->info.memory_limit_bytes();
+      const int64_t free_bytes = limit - ReservedLocked(s.worker_id);
+      if (limit > 0 && s.bytes > free_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "memory: the session needs ", s.bytes, " bytes on ", WorkerName(s), " (rank ",
+            s.rank, ") but only ", std::max<int64_t>(free_bytes, 0), " of its ", limit,
+            " bytes are free; use fewer tokens, a smaller batch or more workers"));
+      }
+    }
+    Entry entry;
+    entry.info = info;
+    entry.ttl = request.ttl_seconds() > 0 ? absl::Seconds(request.ttl_seconds())
+                                          : options_.session_ttl;
+    entry.last_active = absl::Now();
+    sessions_.emplace(info->session_id, std::move(entry));
+  }
+
+  absl::Status opened = OpenOnWorkers(info.get());
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(info->session_id);
+    if (opened.ok() && it->second.lost) opened = absl::UnavailableError(it->second.lost_reason);
+    if (!opened.ok()) {
+      sessions_.erase(it);
+    } else {
+      it->second.open = true;
+      it->second.last_active = absl::Now();
+    }
+  }
+  if (!opened.ok()) {
+    CloseOnWorkers(*info, std::vector<bool>(n, true));
+    return opened;
+  }
+
+  v1::CreateSessionResponse response;
+  response.set_session_id(info->session_id);
+  int64_t most = 0;
+  for (const SessionShard& s : info->shards) {
+    v1::ShardPlacement* p = response.add_shards();
+    p->set_rank(s.rank);
+    p->set_worker_id(s.worker_id);
+    p->set_address(s.address);
+    p->set_host(s.host);
+    *p->mutable_owned() = info->plan.workers(s.rank).owned();
+    most = std::max(most, s.bytes);
+  }
+  *response.mutable_plan() = info->plan;
+  response.set_bytes_per_worker(most);
+  return response;
+}
+
+absl::Status SessionManager::OpenOnWorkers(SessionInfo* info) {
+  const int n = static_cast<int>(info->shards.size());
+  info->transport_addresses.assign(n, "");
+  std::vector<absl::Status> results(n);
+  std::string nccl_id;
+  auto open = [&](int r) {
+    const SessionShard& s = info->shards[r];
+    v1::OpenSessionRequest req;
+    req.set_session_id(info->session_id);
+    *req.mutable_spec() = info->spec;
+    req.set_rank(r);
+    for (const SessionShard& p : info->shards) {
+      v1::PeerInfo* peer = req.add_peers();
+      peer->set_rank(p.rank);
+      peer->set_worker_id(p.worker_id);
+      peer->set_address(p.address);
+      peer->set_host(p.host);
+    }
+    *req.mutable_plan() = info->plan;
+    req.set_transport(info->transport);
+    req.set_nccl_unique_id(nccl_id);
+    req.set_client_id(info->client_id);
+    v1::OpenSessionResponse resp;
+    auto ctx = ContextWithTimeout(options_.rpc_timeout);
+    results[r] = FromGrpcStatus(stubs_->Get(s.address)->OpenSession(ctx.get(), req, &resp),
+                                absl::StrCat(WorkerName(s), " OpenSession"));
+    if (results[r].ok()) info->transport_addresses[r] = resp.transport_address();
+  };
+  // NCCL: rank 0 creates the group's unique id and returns it as its transport address; the
+  // other ranks receive it in nccl_unique_id. UCX: all ranks open at once.
+  int first = 0;
+  if (info->transport == "nccl") {
+    open(0);
+    if (!results[0].ok()) return results[0];
+    nccl_id = info->transport_addresses[0];
+    first = 1;
+  }
+  ParallelFor(n - first, [&](int i) { open(first + i); });
+  for (int r = 0; r < n; ++r) {
+    if (results[r].ok()) continue;
+    std::vector<bool> opened(n);
+    for (int k = 0; k < n; ++k) opened[k] = results[k].ok();
+    CloseOnWorkers(*info, opened);
+    return results[r];
+  }
+  return absl::OkStatus();
+}
+
+void SessionManager::CloseOnWorkers(const SessionInfo& info, const std::vector<bool>& opened) {
+  const int n = static_cast<int>(info.shards.size());
+  ParallelFor(n, [&](int r) {
+    if (!opened[r]) return;
+    v1::CloseSessionRequest req;
+    req.set_session_id(info.session_id);
+    v1::CloseSessionResponse resp;
+    auto ctx = ContextWithTimeout(options_.rpc_timeout);
+    // Best effort: a lost worker has dropped the session with its memory anyway.
+    (void)stubs_->Get(info.shards[r].address)->CloseSession(ctx.get(), req, &resp);
+  });
+}
+
+absl::StatusOr<std::shared_ptr<const SessionInfo>> SessionManager::Use(
+    const std::string& session_id, const std::string& client_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || !it->second.open) {
+    if (released_.count(session_id)) {
+      return absl::NotFoundError(absl::StrCat("session_id: ", session_id, " was released"));
+    }
+    return absl::NotFoundError(absl::StrCat("session_id: unknown session ", session_id));
+  }
+  Entry& e = it->second;
+  if (e.info->client_id != client_id) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("client_id: session ", session_id, " belongs to another client"));
+  }
+  if (e.lost) return absl::UnavailableError(e.lost_reason);
+  e.last_active = absl::Now();
+  return std::shared_ptr<const SessionInfo>(e.info);
+}
+
+absl::Status SessionManager::CheckOwner(const std::string& session_id,
+                                        const std::string& client_id, bool* released_already) {
+  absl::MutexLock lock(&mu_);
+  *released_already = false;
+  std::string owner;
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end() && it->second.open) {
+    owner = it->second.info->client_id;
+  } else if (auto r = released_.find(session_id); r != released_.end()) {
+    owner = r->second;
+    *released_already = true;
+  } else {
+    return absl::NotFoundError(absl::StrCat("session_id: unknown session ", session_id));
+  }
+  if (owner != client_id) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("client_id: session ", session_id, " belongs to another client"));
+  }
+  return absl::OkStatus();
+}
+
+void SessionManager::Tombstone(const std::string& session_id, const std::string& client_id) {
+  released_[session_id] = client_id;
+  released_order_.push_back(session_id);
+  while (released_order_.size() > kMaxTombstones) {
+    released_.erase(released_order_.front());
+    released_order_.pop_front();
+  }
+}
+
+void SessionManager::Remove(const std::string& session_id) {
+  std::shared_ptr<SessionInfo> info;
+  bool close = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || !it->second.open) return;
+    info = it->second.info;
+    close = !it->second.lost;  // a lost session was closed on its survivors already
+    Tombstone(session_id, info->client_id);
+    sessions_.erase(it);
+  }
+  if (close) CloseOnWorkers(*info, std::vector<bool>(info->shards.size(), true));
+}
+
+void SessionManager::Touch(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end()) it->second.last_active = absl::Now();
+}
+
+std::vector<std::string> SessionManager::Expired(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, e] : sessions_) {
+    if (e.open && now - e.last_active > e.ttl) out.push_back(id);
+  }
+  return out;
+}
+
+void SessionManager::OnWorkerLost(const std::string& worker_id, uint64_t below_incarnation,
+                                  absl::string_view reason) {
+  std::vector<std::pair<std::shared_ptr<SessionInfo>, std::vector<bool>>> to_close;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, e] : sessions_) {
+      if (e.lost) continue;
+      std::vector<bool> survivors(e.info->shards.size(), true);
+      bool hit = false;
+      for (const SessionShard& s : e.info->shards) {
+        if (s.worker_id == worker_id && s.incarnation < below_incarnation) {
+          hit = true;
+          survivors[s.rank] = false;
+        }
+      }
+      if (!hit) continue;
+      e.lost = true;
+      e.lost_reason = absl::StrCat("session ", id, ": worker ", worker_id, " ", reason,
+                                   "; create a new session");
+      if (e.open) to_close.emplace_back(e.info, std::move(survivors));
+    }
+  }
+  for (auto& [info, survivors] : to_close) CloseOnWorkers(*info, survivors);
+}
+
+int SessionManager::count() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(sessions_.size());
+}
+
+int64_t SessionManager::ReservedBytes(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  return ReservedLocked(worker_id);
+}
+
+int64_t SessionManager::TotalReservedBytes() {
+  absl::MutexLock lock(&mu_);
+  int64_t total = 0;
+  for (const auto& [id, e] : sessions_) {
+    if (e.lost) continue;
+    for (const SessionShard& s : e.info->shards) total += s.bytes;
+  }
+  return total;
+}
+
+}  // namespace dfa

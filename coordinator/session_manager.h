@@ -1,0 +1,115 @@
+// Sessions: creation (validation, placement, plan, admission, OpenSession on every placed
+// worker), ownership by client id, time-to-live, release, and loss of a worker.
+//
+// A session's placement and plan never change after creation (SessionInfo is immutable and
+// shared with the jobs that use it). Memory is reserved per worker from the session's
+// creation until its release, so admission (RESOURCE_EXHAUSTED) counts sessions still opening.
+// A session whose worker is lost stays known (state lost: jobs are refused with UNAVAILABLE
+// naming the worker) until its owner releases it or its time-to-live ends; its memory on the
+// surviving workers is freed at once.
+//
+// Thread safety: all methods may be called concurrently. Calls to workers are made without the
+// lock held. Lock order: SessionManager -> WorkerRegistry.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/options.h"
+#include "coordinator/worker_registry.h"
+#include "coordinator/worker_stubs.h"
+#include "dfa/v1/coordinator.pb.h"
+#include "kernels/status.h"
+
+namespace dfa {
+
+struct SessionShard {
+  int rank = 0;
+  std::string worker_id;
+  std::string address;
+  std::string host;
+  uint64_t incarnation = 0;  // the registration this shard was placed on
+  int64_t bytes = 0;         // reserved on this worker
+};
+
+// Immutable once the session is open.
+struct SessionInfo {
+  std::string session_id;
+  std::string client_id;
+  v1::AttentionSpec spec;
+  v1::Plan plan;
+  std::string transport;  // "ucx" or "nccl"
+  std::vector<SessionShard> shards;              // indexed by rank
+  std::vector<std::string> transport_addresses;  // indexed by rank
+};
+
+class SessionManager {
+ public:
+  SessionManager(const CoordinatorOptions& options, WorkerRegistry* registry, WorkerStubs* stubs);
+
+  absl::StatusOr<v1::CreateSessionResponse> Create(const v1::CreateSessionRequest& request);
+
+  // The session for a job of `client_id`: NOT_FOUND (unknown), PERMISSION_DENIED (another
+  // client's), UNAVAILABLE (a worker of it was lost). Renews its time-to-live.
+  absl::StatusOr<std::shared_ptr<const SessionInfo>> Use(const std::string& session_id,
+                                                         const std::string& client_id);
+  // Ownership only: NOT_FOUND / PERMISSION_DENIED; OK also for a session the owner released
+  // earlier (*released_already is then true).
+  absl::Status CheckOwner(const std::string& session_id, const std::string& client_id,
+                          bool* released_already);
+  // Forgets the session and closes it on its workers (best effort, with deadlines).
+  void Remove(const std::string& session_id);
+  // Renews the time-to-live (a job of the session made progress).
+  void Touch(const std::string& session_id);
+  // Sessions idle for longer than their time-to-live.
+  std::vector<std::string> Expired(absl::Time now);
+  // Marks the sessions placed on `worker_id` with an incarnation below `below_incarnation`
+  // (all of them: UINT64_MAX) lost and frees their memory on the other workers.
+  void OnWorkerLost(const std::string& worker_id, uint64_t below_incarnation,
+                    absl::string_view reason);
+
+  int count();
+  int64_t ReservedBytes(const std::string& worker_id);
+  int64_t TotalReservedBytes();
+
+ private:
+  struct Entry {
+    std::shared_ptr<SessionInfo> info;  // shards filled at placement, addresses when open
+    bool open = false;                  // OpenSession done on every worker
+    bool lost = false;
+    std::string lost_reason;
+    absl::Duration ttl;
+    absl::Time last_active;
+  };
+
+  // Chooses the workers (sorted by free memory) and the backend.
+  absl::StatusOr<std::vector<RegisteredWorker>> Place(const v1::CreateSessionRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ReservedLocked(const std::string& worker_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls OpenSession on every shard; fills info->transport_addresses.
+  absl::Status OpenOnWorkers(SessionInfo* info);
+  void CloseOnWorkers(const SessionInfo& info, const std::vector<bool>& opened);
+  void Tombstone(const std::string& session_id, const std::string& client_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  WorkerRegistry* const registry_;
+  WorkerStubs* const stubs_;
+
+  absl::Mutex mu_;
+  std::map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  // Released session ids -> owner, so a repeated release by the owner is OK (bounded).
+  std::map<std::string, std::string> released_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> released_order_ ABSL_GUARDED_BY(mu_);
+};
+
+// A random 128-bit id in hex with a prefix ("s-", "j-").
+std::string NewId(absl::string_view prefix);
+
+}  // namespace dfa

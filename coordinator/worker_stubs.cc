@@ -1,0 +1,31 @@
+#include "coordinator/worker_stubs.h"
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace dfa {
+
+std::shared_ptr<v1::Worker::Stub> WorkerStubs::Get(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto& stub = stubs_[address];
+  if (!stub) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // Fail fast when a worker restarts: do not back off for long before reconnecting.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    stub = v1::Worker::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+  return stub;
+}
+
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return ctx;
+}
+
+}  // namespace dfa
