@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/grpc_status.h"
-#include "coordinator/session_memory.h"
 #include "coordinator/session_plan.h"
 #include "coordinator/spec_validation.h"
 
@@ -127,8 +126,10 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
   std::vector<double> speeds;
   for (const RegisteredWorker& w : placed) speeds.push_back(w.info.speed());
   auto info = std::make_shared<SessionInfo>();
-  ASSIGN_OR_RETURN(info->plan, MakeSessionPlan(request.spec(), request.schedule(), speeds));
-  if (info->plan.workers_size() != n) {
+  ASSIGN_OR_RETURN(SessionPlan planned,
+                   MakeSessionPlan(request.spec(), request.schedule(), speeds));
+  info->plan = std::move(planned.plan);
+  if (info->plan.workers_size() != n || static_cast<int>(planned.bytes_per_rank.size()) != n) {
     return absl::InternalError(absl::StrCat("planner returned ", info->plan.workers_size(),
                                             " worker plans for ", n, " workers"));
   }
@@ -143,7 +144,7 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
     s.address = placed[r].info.address();
     s.host = placed[r].info.host();
     s.incarnation = placed[r].incarnation;
-    s.bytes = SessionBytesForWorker(request.spec(), info->plan.workers(r));
+    s.bytes = planned.bytes_per_rank[r];
     info->shards.push_back(std::move(s));
   }
 

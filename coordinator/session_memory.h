@@ -3,21 +3,21 @@
 // limit again in OpenSession (RESOURCE_EXHAUSTED).
 //
 // The count is the executor's SessionStorageBytes (worker/executor/session_storage.h: Q, K, V,
-// O, dO, LSE, D, dQ, dK, dV for the worker's owned rows) plus the plan's in-flight buffers:
-// for each pass, the largest step's received rows (Q, K/V, partials in fp32), counted twice
-// for double buffering.
+// O, dO, LSE, D, dQ, dK, dV for the worker's owned rows) plus the plan's peak in-flight
+// buffers (transfer buffers and partials alive at once, from CheckPlan's report).
 #pragma once
 
 #include <cstdint>
 
+#include "coordinator/planner/plan.h"
 #include "dfa/v1/attention.pb.h"
 
 namespace dfa {
 
-// Bytes of the in-flight buffers of one worker's plan (see the header comment).
-int64_t PlanBufferBytes(const v1::AttentionSpec& spec, const v1::WorkerPlan& plan);
+// The per-token shape of a session, for the planner's byte counts.
+AttentionShape ShapeOf(const v1::AttentionSpec& spec);
 
-// Storage for the worker's owned rows + PlanBufferBytes.
-int64_t SessionBytesForWorker(const v1::AttentionSpec& spec, const v1::WorkerPlan& plan);
+// Storage for `owned_rows` rows + `scratch_bytes` of plan buffers.
+int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t scratch_bytes);
 
 }  // namespace dfa
