@@ -1,16 +1,535 @@
 #include "worker/executor/plan_executor.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "worker/executor/transfer_layout.h"
+
 namespace dfa {
+namespace {
+
+using executor_internal::AddInto;
+using executor_internal::Component;
+using executor_internal::ComponentBytes;
+using executor_internal::Components;
+using executor_internal::ComponentView;
+using executor_internal::IsContiguous;
+using executor_internal::StatView;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string Rows(const RowRange& r) { return absl::StrCat("[", r.begin, ", ", r.end, ")"); }
+
+// Backend memory freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(AttentionBackend* b, void* p) : backend_(b), p_(p) {}
+  ~DeviceBuffer() { if (p_ != nullptr) backend_->Free(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  AttentionBackend* backend_;
+  void* p_;
+};
+
+// A received buffer or a partial: its components, dense over `rows`.
+struct Buffer {
+  PlanTensor tensor;
+  RowRange rows;
+  std::vector<std::unique_ptr<DeviceBuffer>> parts;
+  int64_t bytes = 0;
+  int free_after = 0;  // step after whose end it is released
+};
+
+struct Group {
+  std::unique_ptr<PendingGroup> pending;
+  std::vector<std::unique_ptr<DeviceBuffer>> staging;  // packed sends
+  std::vector<std::unique_ptr<Buffer>> arrivals;       // received partials, merged after Wait
+};
+
+class PassRunner {
+ public:
+  PassRunner(AttentionBackend* backend, Transport* transport, SessionStorage* storage,
+             const ExecutorOptions& options, const Plan& plan, bool fwd)
+      : backend_(backend), transport_(transport), st_(storage), opt_(options), plan_(plan),
+        fwd_(fwd), shape_(storage->shape()) {}
+
+  absl::StatusOr<PassStats> Run();
+
+ private:
+  const std::vector<PlanStep>& pass() const {
+    const WorkerPlan& w = plan_.workers[rank_];
+    return fwd_ ? w.forward : w.backward;
+  }
+  bool Owned(const RowRange& r) const { return st_->LocalRow(r).ok(); }
+  absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(PlanTensor t, const RowRange& rows);
+  Buffer* FindReceived(PlanTensor t, const RowRange& rows);
+  absl::StatusOr<Buffer*> Partial(PlanTensor t, const RowRange& rows, int step);
+  absl::Status PostEarly(int t);
+  absl::Status PostLate(int t);
+  absl::Status Merge(const Buffer& arrival);
+  absl::Status Compute(const ComputeOp& op, int t);
+  absl::Status Launch(int64_t* counter, absl::Status s) {
+    ++*counter;
+    return s;
+  }
+  int64_t LiveBytes() const;
+  // The last step that reads a buffer received at step t (its computes and forwarding sends).
+  int LastUse(const Transfer& recv, int t) const;
+
+  AttentionBackend* backend_;
+  Transport* transport_;
+  SessionStorage* st_;
+  const ExecutorOptions& opt_;
+  const Plan& plan_;
+  const bool fwd_;
+  const SessionShape shape_;
+  int rank_ = 0;
+  float scale_ = 0;
+  void* stream_ = nullptr;
+  std::vector<std::unique_ptr<Buffer>> received_;
+  std::vector<std::unique_ptr<Buffer>> partials_;
+  std::vector<Group> early_, late_;
+  std::unique_ptr<DeviceBuffer> out_acc_;  // forward fp32 output accumulator (dtype != f32)
+  TensorView out_view_;                    // fp32 [B, rows, Hq, D] accumulator view
+  PassStats stats_;
+  StepStats* cur_ = nullptr;
+};
+
+absl::StatusOr<std::unique_ptr<Buffer>> PassRunner::NewBuffer(PlanTensor t, const RowRange& rows) {
+  auto b = std::make_unique<Buffer>();
+  b->tensor = t;
+  b->rows = rows;
+  for (const Component& c : Components(t, shape_)) {
+    const int64_t bytes = ComponentBytes(c, shape_, rows.size());
+    ASSIGN_OR_RETURN(void* p, backend_->Alloc(static_cast<size_t>(bytes)));
+    b->parts.push_back(std::make_unique<DeviceBuffer>(backend_, p));
+    b->bytes += bytes;
+  }
+  return b;
+}
+
+Buffer* PassRunner::FindReceived(PlanTensor t, const RowRange& rows) {
+  for (auto& b : received_) {
+    if (b->tensor == t && b->rows.Contains(rows)) return b.get();
+  }
+  return nullptr;
+}
+
+// The partial of kind t for the buffer `rows`, created (and initialised) on first use.
+absl::StatusOr<Buffer*> PassRunner::Partial(PlanTensor t, const RowRange& rows, int step) {
+  for (auto& b : partials_) {
+    if (b->tensor == t && b->rows == rows) return b.get();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, NewBuffer(t, rows));
+  std::vector<Component> comps = Components(t, shape_);
+  for (size_t i = 0; i < comps.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(ComponentBytes(comps[i], shape_, rows.size()));
+    if (comps[i].stat) {  // LSE of an empty partial: -inf
+      std::vector<float> host(bytes / 4, -std::numeric_limits<float>::infinity());
+      RETURN_IF_ERROR(backend_->Copy(b->parts[i]->get(), host.data(), bytes,
+                                     AttentionBackend::CopyKind::kHostToDevice, stream_));
+    } else {
+      RETURN_IF_ERROR(backend_->Memset(b->parts[i]->get(), 0, bytes, stream_));
+    }
+  }
+  b->free_after = std::numeric_limits<int>::max();  // until its send completes
+  (void)step;
+  partials_.push_back(std::move(b));
+  return partials_.back().get();
+}
+
+// Transfers of one step in the order both sides share: by peer, then canonical.
+std::vector<Transfer> Sorted(const std::vector<Transfer>& list) {
+  std::vector<Transfer> v = list;
+  std::stable_sort(v.begin(), v.end(), [](const Transfer& a, const Transfer& b) {
+    if (a.peer != b.peer) return a.peer < b.peer;
+    return CanonicalTransferLess(a, b);
+  });
+  return v;
+}
+
+absl::Status PassRunner::PostEarly(int t) {
+  const PlanStep& step = pass()[t];
+  Group& g = early_[t];
+  std::vector<TransportMessage> sends, recvs;
+  for (const Transfer& x : Sorted(step.recvs)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, NewBuffer(x.tensor, x.rows));
+    for (size_t i = 0; i < b->parts.size(); ++i) {
+      recvs.push_back({x.peer, b->parts[i]->get(),
+                       static_cast<size_t>(ComponentBytes(Components(x.tensor, shape_)[i], shape_,
+                                                          x.rows.size()))});
+    }
+    cur_ = &stats_.steps[t];
+    stats_.steps[t].bytes_received += b->bytes;
+    if (IsPartial(x.tensor)) {
+      g.arrivals.push_back(std::move(b));
+    } else {
+      b->free_after = LastUse(x, t);
+      received_.push_back(std::move(b));
+    }
+  }
+  for (const Transfer& x : Sorted(step.sends)) {
+    if (IsPartial(x.tensor)) continue;
+    std::vector<Component> comps = Components(x.tensor, shape_);
+    // Source components: owned storage, or a buffer received earlier (forwarding).
+    std::vector<TensorView> src;
+    absl::StatusOr<int64_t> local = st_->LocalRow(x.rows);
+    if (local.ok()) {
+      std::vector<void*> bases;
+      switch (x.tensor) {
+        case PlanTensor::kQ: bases = {st_->q().data}; break;
+        case PlanTensor::kKV: bases = {st_->k().data, st_->v().data}; break;
+        case PlanTensor::kGradIn:
+          bases = {st_->q().data, st_->dout().data, st_->lse().data, st_->delta().data};
+          break;
+        default: break;
+      }
+      for (size_t i = 0; i < comps.size(); ++i) {
+        src.push_back(ComponentView(bases[i], comps[i], shape_, st_->rows(), *local, x.rows.size()));
+      }
+    } else {
+      Buffer* b = FindReceived(x.tensor, x.rows);
+      if (b == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan step ", t, ": worker ", rank_, " sends ", PlanTensorName(x.tensor), " ",
+            Rows(x.rows), " which it neither owns nor has received"));
+      }
+      b->free_after = std::max(b->free_after, t);
+      for (size_t i = 0; i < comps.size(); ++i) {
+        src.push_back(ComponentView(b->parts[i]->get(), comps[i], shape_, b->rows.size(),
+                                    x.rows.begin - b->rows.begin, x.rows.size()));
+      }
+    }
+    for (size_t i = 0; i < comps.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(ComponentBytes(comps[i], shape_, x.rows.size()));
+      void* data = src[i].data;
+      if (!IsContiguous(src[i])) {  // pack into a dense staging buffer
+        ASSIGN_OR_RETURN(void* p, backend_->Alloc(bytes));
+        g.staging.push_back(std::make_unique<DeviceBuffer>(backend_, p));
+        TensorView dst = src[i];
+        dst.data = p;
+        dst.row_stride = dst.batch_stride = 0;
+        RETURN_IF_ERROR(Launch(&stats_.steps[t].other_launches, backend_->Convert(src[i], dst, stream_)));
+        data = p;
+      }
+      sends.push_back({x.peer, data, bytes});
+      stats_.steps[t].bytes_sent += static_cast<int64_t>(bytes);
+    }
+  }
+  if (sends.empty() && recvs.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(g.pending, transport_->Post(sends, recvs, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status PassRunner::PostLate(int t) {
+  std::vector<TransportMessage> sends;
+  for (const Transfer& x : Sorted(pass()[t].sends)) {
+    if (!IsPartial(x.tensor)) continue;
+    Buffer* b = nullptr;
+    for (auto& p : partials_) {
+      if (p->tensor == x.tensor && p->rows == x.rows) b = p.get();
+    }
+    if (b == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
+                                                     " sends partial ", Rows(x.rows),
+                                                     " that no compute produced"));
+    }
+    b->free_after = t;
+    std::vector<Component> comps = Components(x.tensor, shape_);
+    for (size_t i = 0; i < comps.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(ComponentBytes(comps[i], shape_, x.rows.size()));
+      sends.push_back({x.peer, b->parts[i]->get(), bytes});
+      stats_.steps[t].bytes_sent += static_cast<int64_t>(bytes);
+    }
+  }
+  if (sends.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(late_[t].pending, transport_->Post(sends, {}, stream_));
+  return absl::OkStatus();
+}
+
+// A partial received by its owner: merged (forward) or added (backward) into the accumulators.
+absl::Status PassRunner::Merge(const Buffer& a) {
+  ASSIGN_OR_RETURN(int64_t local, st_->LocalRow(a.rows));
+  const int64_t n = a.rows.size(), total = st_->rows();
+  std::vector<Component> comps = Components(a.tensor, shape_);
+  auto part = [&](int i) { return ComponentView(a.parts[i]->get(), comps[i], shape_, n, 0, n); };
+  StepStats& s = *cur_;
+  switch (a.tensor) {
+    case PlanTensor::kOutPartial: {
+      MergeArgs m;
+      m.out_a = out_view_.Slice(local, n);
+      m.lse_a = st_->lse().Slice(local, n);
+      m.out_b = part(0);
+      m.lse_b = StatView(a.parts[1]->get(), shape_, n, 0, n);
+      m.stream = stream_;
+      return Launch(&s.merge_launches, backend_->Merge(m));
+    }
+    case PlanTensor::kDqPartial:
+      return Launch(&s.other_launches, AddInto(*backend_, st_->dq().Slice(local, n), part(0), stream_));
+    case PlanTensor::kDkvPartial:
+      RETURN_IF_ERROR(Launch(&s.other_launches,
+                             AddInto(*backend_, st_->dk().Slice(local, n), part(0), stream_)));
+      return Launch(&s.other_launches, AddInto(*backend_, st_->dv().Slice(local, n), part(1), stream_));
+    default:
+      break;
+  }
+  (void)total;
+  return absl::InvalidArgumentError("received a non-partial as a partial");
+}
+
+absl::Status PassRunner::Compute(const ComputeOp& op, int t) {
+  const int64_t m = op.q_rows.size(), n = op.kv_rows.size();
+  StepStats& s = stats_.steps[t];
+  const MaskKind mask = plan_.mask();
+  // Key/value side.
+  TensorView k, v, dk, dv;
+  Buffer* kvbuf = nullptr;
+  if (absl::StatusOr<int64_t> local = st_->LocalRow(op.kv_rows); local.ok()) {
+    k = st_->k().Slice(*local, n);
+    v = st_->v().Slice(*local, n);
+    dk = st_->dk().Slice(*local, n);
+    dv = st_->dv().Slice(*local, n);
+  } else {
+    kvbuf = FindReceived(PlanTensor::kKV, op.kv_rows);
+    if (kvbuf == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
+                                                     " computes with kv ", Rows(op.kv_rows),
+                                                     " it neither owns nor has received"));
+    }
+    kvbuf->free_after = std::max(kvbuf->free_after, t);
+    const int64_t off = op.kv_rows.begin - kvbuf->rows.begin, tot = kvbuf->rows.size();
+    const Component c = Components(PlanTensor::kKV, shape_)[0];
+    k = ComponentView(kvbuf->parts[0]->get(), c, shape_, tot, off, n);
+    v = ComponentView(kvbuf->parts[1]->get(), c, shape_, tot, off, n);
+    if (!fwd_) {
+      ASSIGN_OR_RETURN(Buffer * p, Partial(PlanTensor::kDkvPartial, kvbuf->rows, t));
+      const Component c32 = Components(PlanTensor::kDkvPartial, shape_)[0];
+      dk = ComponentView(p->parts[0]->get(), c32, shape_, tot, off, n);
+      dv = ComponentView(p->parts[1]->get(), c32, shape_, tot, off, n);
+    }
+  }
+  // Query side.
+  const PlanTensor q_kind = fwd_ ? PlanTensor::kQ : PlanTensor::kGradIn;
+  absl::StatusOr<int64_t> qlocal = st_->LocalRow(op.q_rows);
+  Buffer* qbuf = nullptr;
+  Buffer* qpart = nullptr;
+  int64_t qoff = 0, qtot = 0;
+  if (!qlocal.ok()) {
+    qbuf = FindReceived(q_kind, op.q_rows);
+    if (qbuf == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
+                                                     " computes with q ", Rows(op.q_rows),
+                                                     " it neither owns nor has received"));
+    }
+    qbuf->free_after = std::max(qbuf->free_after, t);
+    qoff = op.q_rows.begin - qbuf->rows.begin;
+    qtot = qbuf->rows.size();
+    ASSIGN_OR_RETURN(qpart, Partial(fwd_ ? PlanTensor::kOutPartial : PlanTensor::kDqPartial,
+                                    qbuf->rows, t));
+  }
+  const std::vector<Component> qc = Components(q_kind, shape_);
+  const Component q32{DType::kF32, shape_.q_heads, false};
+  if (fwd_) {
+    ForwardArgs a;
+    a.scale = scale_;
+    a.mask = mask;
+    a.q_row0 = op.q_rows.begin;
+    a.kv_row0 = op.kv_rows.begin;
+    a.k = k;
+    a.v = v;
+    a.accumulate = true;
+    a.stream = stream_;
+    if (qbuf == nullptr) {
+      a.q = st_->q().Slice(*qlocal, m);
+      a.out = out_view_.Slice(*qlocal, m);
+      a.lse = st_->lse().Slice(*qlocal, m);
+    } else {
+      a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape_, qtot, qoff, m);
+      a.out = ComponentView(qpart->parts[0]->get(), q32, shape_, qtot, qoff, m);
+      a.lse = StatView(qpart->parts[1]->get(), shape_, qtot, qoff, m);
+    }
+    s.flops += ForwardFlops(shape_.batch, shape_.q_heads, shape_.head_dim, op.q_rows.begin, m,
+                            op.kv_rows.begin, n, mask);
+    return Launch(&s.forward_launches, backend_->Forward(a));
+  }
+  BackwardArgs a;
+  a.scale = scale_;
+  a.mask = mask;
+  a.q_row0 = op.q_rows.begin;
+  a.kv_row0 = op.kv_rows.begin;
+  a.k = k;
+  a.v = v;
+  a.dk = dk;
+  a.dv = dv;
+  a.stream = stream_;
+  if (qbuf == nullptr) {
+    a.q = st_->q().Slice(*qlocal, m);
+    a.dout = st_->dout().Slice(*qlocal, m);
+    a.lse = st_->lse().Slice(*qlocal, m);
+    a.delta = st_->delta().Slice(*qlocal, m);
+    a.dq = st_->dq().Slice(*qlocal, m);
+  } else {
+    a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape_, qtot, qoff, m);
+    a.dout = ComponentView(qbuf->parts[1]->get(), qc[1], shape_, qtot, qoff, m);
+    a.lse = StatView(qbuf->parts[2]->get(), shape_, qtot, qoff, m);
+    a.delta = StatView(qbuf->parts[3]->get(), shape_, qtot, qoff, m);
+    a.dq = ComponentView(qpart->parts[0]->get(), q32, shape_, qtot, qoff, m);
+  }
+  s.flops += 2.5 * ForwardFlops(shape_.batch, shape_.q_heads, shape_.head_dim, op.q_rows.begin, m,
+                                op.kv_rows.begin, n, mask);
+  return Launch(&s.backward_launches, backend_->Backward(a));
+}
+
+int PassRunner::LastUse(const Transfer& recv, int t) const {
+  const bool q_side = recv.tensor != PlanTensor::kKV;
+  int last = t;
+  for (int u = t; u < static_cast<int>(pass().size()); ++u) {
+    for (const ComputeOp& c : pass()[u].computes) {
+      if (recv.rows.Contains(q_side ? c.q_rows : c.kv_rows)) last = u;
+    }
+    for (const Transfer& x : pass()[u].sends) {
+      if (u > t && x.tensor == recv.tensor && recv.rows.Contains(x.rows)) last = u;
+    }
+  }
+  return last;
+}
+
+int64_t PassRunner::LiveBytes() const {
+  int64_t live = 0;
+  for (const auto& b : received_) live += b->bytes;
+  for (const auto& b : partials_) live += b->bytes;
+  return live;
+}
+
+absl::StatusOr<PassStats> PassRunner::Run() {
+  rank_ = transport_->rank();
+  if (plan_.num_workers() != transport_->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("plan has ", plan_.num_workers(),
+                                                   " workers, the transport ", transport_->size()));
+  }
+  if (rank_ < 0 || rank_ >= plan_.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, " outside the plan"));
+  }
+  if (plan_.workers[rank_].owned != st_->owned()) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", rank_,
+                                                   ": the session's owned rows differ from the plan's"));
+  }
+  scale_ = opt_.softmax_scale > 0 ? opt_.softmax_scale
+                                  : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
+  stream_ = opt_.compute_stream;
+  const int T = static_cast<int>(pass().size());
+  stats_.steps.assign(T, StepStats{});
+  early_.resize(T);
+  late_.resize(T);
+  const int64_t rows = st_->rows();
+  // Accumulators.
+  if (fwd_) {
+    out_view_ = st_->o();
+    if (shape_.dtype != DType::kF32) {
+      const int64_t bytes = int64_t{shape_.batch} * rows * shape_.q_heads * shape_.head_dim * 4;
+      ASSIGN_OR_RETURN(void* p, backend_->Alloc(static_cast<size_t>(bytes)));
+      out_acc_ = std::make_unique<DeviceBuffer>(backend_, p);
+      out_view_.data = p;
+      out_view_.dtype = DType::kF32;
+    }
+    RETURN_IF_ERROR(backend_->Memset(out_view_.data, 0,
+                                     static_cast<size_t>(int64_t{shape_.batch} * rows *
+                                                         shape_.q_heads * shape_.head_dim * 4),
+                                     stream_));
+    std::vector<float> ninf(static_cast<size_t>(int64_t{shape_.batch} * shape_.q_heads * rows),
+                            -std::numeric_limits<float>::infinity());
+    RETURN_IF_ERROR(backend_->Copy(st_->lse().data, ninf.data(), ninf.size() * 4,
+                                   AttentionBackend::CopyKind::kHostToDevice, stream_));
+  } else {
+    for (TensorView g : {st_->dq(), st_->dk(), st_->dv()}) {
+      RETURN_IF_ERROR(backend_->Memset(
+          g.data, 0, static_cast<size_t>(int64_t{g.batch} * g.rows * g.heads * g.head_dim * 4),
+          stream_));
+    }
+    // D = rowsum(dO * O) of the owned rows, before any grad_in leaves this worker.
+    if (T > 0) ++stats_.steps[0].delta_launches;
+    RETURN_IF_ERROR(backend_->ComputeDelta(st_->dout(), st_->o(), st_->delta(), stream_));
+  }
+  if (T > 0) {
+    RETURN_IF_ERROR(PostEarly(0));
+    RETURN_IF_ERROR(PostLate(0));
+  }
+  for (int t = 0; t < T; ++t) {
+    StepStats& s = stats_.steps[t];
+    cur_ = &s;
+    if (opt_.cancel != nullptr && opt_.cancel->load()) {
+      transport_->Abort();
+      return absl::CancelledError(absl::StrCat("cancelled before step ", t));
+    }
+    double t0 = Now();
+    for (Group* g : {&early_[t], &late_[t]}) {
+      if (g->pending != nullptr) {
+        absl::Status w = g->pending->Wait(stream_, opt_.step_timeout);
+        if (!w.ok()) {
+          return absl::Status(w.code(), absl::StrCat("step ", t, ": ", w.message()));
+        }
+      }
+    }
+    double t1 = Now();
+    s.idle_seconds = t1 - t0;
+    for (const auto& a : early_[t].arrivals) RETURN_IF_ERROR(Merge(*a));
+    early_[t] = Group{};
+    late_[t] = Group{};
+    if (t + 1 < T) RETURN_IF_ERROR(PostEarly(t + 1));
+    stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
+    for (const ComputeOp& op : pass()[t].computes) {
+      RETURN_IF_ERROR(Compute(op, t));
+      ++s.units;
+    }
+    stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
+    if (t + 1 < T) RETURN_IF_ERROR(PostLate(t + 1));
+    s.busy_seconds = Now() - t1;
+    // Release what this step was the last to use (sends of step t completed in the Wait above).
+    auto expired = [t](const std::unique_ptr<Buffer>& b) { return b->free_after <= t; };
+    received_.erase(std::remove_if(received_.begin(), received_.end(), expired), received_.end());
+    partials_.erase(std::remove_if(partials_.begin(), partials_.end(),
+                                   [t](const std::unique_ptr<Buffer>& b) {
+                                     return b->free_after < t;
+                                   }),
+                    partials_.end());
+  }
+  if (fwd_ && out_acc_ != nullptr) {
+    RETURN_IF_ERROR(backend_->Convert(out_view_, st_->o(), stream_));
+  }
+  RETURN_IF_ERROR(backend_->Synchronize(stream_));
+  for (const StepStats& s : stats_.steps) {
+    stats_.busy_seconds += s.busy_seconds;
+    stats_.idle_seconds += s.idle_seconds;
+    stats_.bytes_sent += s.bytes_sent;
+    stats_.bytes_received += s.bytes_received;
+    stats_.flops += s.flops;
+  }
+  return stats_;
+}
+
+}  // namespace
 
 PlanExecutor::PlanExecutor(AttentionBackend* backend, Transport* transport,
                            SessionStorage* storage, ExecutorOptions options)
     : backend_(backend), transport_(transport), storage_(storage), options_(options) {}
 
-absl::StatusOr<PassStats> PlanExecutor::RunForward(const Plan&) {
-  return absl::UnimplementedError("PlanExecutor: forward not implemented yet");
+absl::StatusOr<PassStats> PlanExecutor::RunForward(const Plan& plan) {
+  PassRunner runner(backend_, transport_, storage_, options_, plan, true);
+  return runner.Run();
 }
-absl::StatusOr<PassStats> PlanExecutor::RunBackward(const Plan&) {
-  return absl::UnimplementedError("PlanExecutor: backward not implemented yet");
+
+absl::StatusOr<PassStats> PlanExecutor::RunBackward(const Plan& plan) {
+  PassRunner runner(backend_, transport_, storage_, options_, plan, false);
+  return runner.Run();
 }
 
 }  // namespace dfa

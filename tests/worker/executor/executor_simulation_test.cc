@@ -1,0 +1,150 @@
+// Every schedule, run by the simulator (P threads, PlanExecutor + InprocTransport + CPU
+// backend), matches single-device fp64 attention, forward and backward: P = 1..8 (odd too),
+// sequence lengths not divisible by P, GQA/MQA, batch > 1, causal and full.
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "coordinator/planner/plan_checker.h"
+#include "coordinator/planner/planner.h"
+#include "gtest/gtest.h"
+#include "kernels/reference/reference_attention.h"
+#include "worker/executor/simulator.h"
+
+namespace dfa {
+namespace {
+
+std::vector<float> Random(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TensorView HostView(std::vector<float>& v, int batch, int64_t rows, int heads, int dim) {
+  TensorView t;
+  t.data = v.data();
+  t.dtype = DType::kF32;
+  t.batch = batch;
+  t.rows = rows;
+  t.heads = heads;
+  t.head_dim = dim;
+  return t;
+}
+
+// Max |a - b| / (atol + rtol |b|) over the elements; <= 1 passes.
+double WorstError(const std::vector<float>& got, const std::vector<double>& want, double atol,
+                  double rtol) {
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isinf(want[i]) && got[i] == want[i]) continue;
+    worst = std::max(worst, std::abs(got[i] - want[i]) / (atol + rtol * std::abs(want[i])));
+  }
+  return worst;
+}
+
+using Param = std::tuple<std::string, int, bool>;  // schedule, workers, causal
+
+class SimulationTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
+  const auto [schedule, P, causal] = GetParam();
+  if (schedule == "distflash" && P % 2 != 0) GTEST_SKIP() << "distflash is defined for even P";
+  SessionShape shape;
+  shape.batch = P % 2 + 1;                 // batch 2 for odd P: exercises strided packing
+  shape.q_heads = 4;
+  shape.kv_heads = P % 3 == 0 ? 1 : 2;     // MQA and GQA
+  shape.head_dim = 8;
+  shape.dtype = DType::kF32;
+  const int64_t S = 9 * P + 7;              // not a multiple of P (except P = 7: 70)
+  PlanRequest req;
+  req.schedule = schedule;
+  req.workers = P;
+  req.seq_len = S;
+  req.causal = causal;
+  if (schedule == "balanced" && P >= 3) {  // unequal speeds too
+    for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
+  }
+  absl::StatusOr<Plan> plan = MakePlan(req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan).status();
+
+  std::mt19937 rng(1234 + P);
+  const size_t nq = size_t(shape.batch) * S * shape.q_heads * shape.head_dim;
+  const size_t nk = size_t(shape.batch) * S * shape.kv_heads * shape.head_dim;
+  SimulationInputs in{Random(nq, rng), Random(nk, rng), Random(nk, rng), Random(nq, rng)};
+  absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+
+  reference::Problem pr;
+  pr.q = HostView(in.q, shape.batch, S, shape.q_heads, shape.head_dim);
+  pr.k = HostView(in.k, shape.batch, S, shape.kv_heads, shape.head_dim);
+  pr.v = HostView(in.v, shape.batch, S, shape.kv_heads, shape.head_dim);
+  pr.mask = causal ? MaskKind::kCausal : MaskKind::kFull;
+  pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
+  absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  absl::StatusOr<reference::Gradients> grads =
+      reference::Backward(pr, HostView(in.dout, shape.batch, S, shape.q_heads, shape.head_dim));
+  ASSERT_TRUE(grads.ok()) << grads.status();
+
+  EXPECT_LE(WorstError(sim->out, ref->out, 1e-5, 1e-4), 1.0) << "output";
+  EXPECT_LE(WorstError(sim->lse, ref->lse, 1e-5, 1e-4), 1.0) << "lse";
+  EXPECT_LE(WorstError(sim->dq, grads->dq, 1e-4, 1e-3), 1.0) << "dq";
+  EXPECT_LE(WorstError(sim->dk, grads->dk, 1e-4, 1e-3), 1.0) << "dk";
+  EXPECT_LE(WorstError(sim->dv, grads->dv, 1e-4, 1e-3), 1.0) << "dv";
+  // The executor's byte counts agree with the plan's transfers.
+  int64_t sent = 0, received = 0;
+  for (const PassStats& s : sim->forward) {
+    sent += s.bytes_sent;
+    received += s.bytes_received;
+  }
+  EXPECT_EQ(sent, received);
+  if (P > 1) {
+    EXPECT_GT(sent, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllSchedules, SimulationTest,
+    ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced"),
+                       ::testing::Range(1, 9), ::testing::Bool()),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +
+             (std::get<2>(info.param) ? "_causal" : "_full");
+    });
+
+// bf16 inputs: partials stay fp32, so the error is that of the rounded inputs, not growing with P.
+TEST(SimulationBf16Test, BalancedP5MatchesReferenceOnRoundedInputs) {
+  SessionShape shape;
+  shape.batch = 1;
+  shape.q_heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 16;
+  shape.dtype = DType::kBF16;
+  const int64_t S = 61;
+  absl::StatusOr<Plan> plan = MakePlan({"balanced", 5, S, true, {}});
+  ASSERT_TRUE(plan.ok());
+  std::mt19937 rng(7);
+  const size_t nq = size_t(S) * 4 * 16, nk = size_t(S) * 2 * 16;
+  SimulationInputs in{Random(nq, rng), Random(nk, rng), Random(nk, rng), Random(nq, rng)};
+  for (auto* v : {&in.q, &in.k, &in.v, &in.dout}) {
+    for (float& x : *v) x = BF16ToFloat(FloatToBF16(x));
+  }
+  absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  reference::Problem pr;
+  pr.q = HostView(in.q, 1, S, 4, 16);
+  pr.k = HostView(in.k, 1, S, 2, 16);
+  pr.v = HostView(in.v, 1, S, 2, 16);
+  pr.scale = 0.25;
+  absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
+  ASSERT_TRUE(ref.ok());
+  // O is stored in bf16: one rounding of the final value (2^-8 relative).
+  EXPECT_LE(WorstError(sim->out, ref->out, 1e-3, 8e-3), 1.0);
+  EXPECT_LE(WorstError(sim->lse, ref->lse, 1e-4, 1e-4), 1.0);
+}
+
+}  // namespace
+}  // namespace dfa

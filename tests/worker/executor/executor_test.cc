@@ -1,0 +1,115 @@
+#include <atomic>
+#include <thread>
+
+#include "coordinator/planner/planner.h"
+#include "gtest/gtest.h"
+#include "worker/executor/inproc_transport.h"
+#include "worker/executor/plan_executor.h"
+#include "worker/executor/session_storage.h"
+#include "worker/executor/simulator.h"
+
+namespace dfa {
+namespace {
+
+std::unique_ptr<AttentionBackend> Cpu() {
+  auto b = CreateBackend("cpu", BackendOptions{1, 0});
+  EXPECT_TRUE(b.ok()) << b.status();
+  return std::move(*b);
+}
+
+TEST(SessionStorageTest, BytesAndLocalRows) {
+  auto backend = Cpu();
+  SessionShape shape{2, 4, 2, 8, DType::kBF16};
+  auto st = SessionStorage::Create(backend.get(), shape, {{0, 5}, {20, 23}});
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ((*st)->rows(), 8);
+  // q, o, dout bf16 (2*8*4*8*2 each), k, v bf16, dq f32, dk, dv f32, lse, delta f32.
+  const int64_t qe = 2 * 8 * 4 * 8, ke = 2 * 8 * 2 * 8, st_el = 2 * 4 * 8;
+  EXPECT_EQ((*st)->bytes(), 3 * qe * 2 + 2 * ke * 2 + qe * 4 + 2 * ke * 4 + 2 * st_el * 4);
+  EXPECT_EQ(*(*st)->LocalRow({21, 23}), 6);
+  EXPECT_EQ(*(*st)->LocalRow({0, 5}), 0);
+  EXPECT_FALSE((*st)->LocalRow({4, 21}).ok());
+}
+
+TEST(SessionStorageTest, RejectsBadShapesAndRanges) {
+  auto backend = Cpu();
+  EXPECT_EQ(SessionStorage::Create(backend.get(), SessionShape{1, 3, 2, 8, DType::kF32}, {{0, 4}})
+                .status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(SessionStorage::Create(backend.get(), SessionShape{}, {{4, 8}, {0, 2}}).ok());
+  EXPECT_FALSE(SessionStorage::Create(backend.get(), SessionShape{}, {}).ok());
+}
+
+TEST(PlanExecutorTest, RejectsStorageThatDoesNotMatchThePlan) {
+  auto backend = Cpu();
+  auto plan = MakePlan({"ring", 2, 16, true, {}});
+  ASSERT_TRUE(plan.ok());
+  auto hub = *CreateInprocHub(2);
+  auto t = *CreateInprocTransport(hub, 0);
+  auto st = *SessionStorage::Create(backend.get(), SessionShape{1, 1, 1, 8, DType::kF32}, {{0, 7}});
+  PlanExecutor ex(backend.get(), t.get(), st.get());
+  EXPECT_EQ(ex.RunForward(*plan).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlanExecutorTest, CancelFlagStopsThePass) {
+  auto backend = Cpu();
+  auto plan = MakePlan({"ring", 2, 16, true, {}});
+  ASSERT_TRUE(plan.ok());
+  auto hub = *CreateInprocHub(2);
+  auto t = *CreateInprocTransport(hub, 1);
+  auto st = *SessionStorage::Create(backend.get(), SessionShape{1, 1, 1, 8, DType::kF32},
+                                    plan->workers[1].owned);
+  std::atomic<bool> cancel{true};
+  ExecutorOptions opt;
+  opt.cancel = &cancel;
+  PlanExecutor ex(backend.get(), t.get(), st.get(), opt);
+  EXPECT_EQ(ex.RunForward(*plan).status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(PlanExecutorTest, LostPeerTimesOutInsteadOfHanging) {
+  auto backend = Cpu();
+  auto plan = MakePlan({"ring", 2, 16, true, {}});
+  ASSERT_TRUE(plan.ok());
+  auto hub = *CreateInprocHub(2);
+  auto t = *CreateInprocTransport(hub, 1);  // worker 0 never runs
+  auto st = *SessionStorage::Create(backend.get(), SessionShape{1, 1, 1, 8, DType::kF32},
+                                    plan->workers[1].owned);
+  ExecutorOptions opt;
+  opt.step_timeout = absl::Milliseconds(50);
+  PlanExecutor ex(backend.get(), t.get(), st.get(), opt);
+  EXPECT_EQ(ex.RunForward(*plan).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(PlanExecutorTest, ReportsStepStatsThatAddUp) {
+  auto plan = MakePlan({"distflash", 4, 64, true, {}});
+  ASSERT_TRUE(plan.ok());
+  SessionShape shape{1, 2, 1, 8, DType::kF32};
+  const size_t nq = 64 * 2 * 8, nk = 64 * 8;
+  SimulationInputs in{std::vector<float>(nq, 0.5f), std::vector<float>(nk, 0.25f),
+                      std::vector<float>(nk, 1.f), std::vector<float>(nq, 1.f)};
+  auto sim = Simulate(*plan, shape, in);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  for (int w = 0; w < 4; ++w) {
+    const PassStats& f = sim->forward[w];
+    ASSERT_EQ(f.steps.size(), plan->workers[w].forward.size());
+    int64_t units = 0, launches = 0, merges = 0;
+    for (size_t t = 0; t < f.steps.size(); ++t) {
+      units += f.steps[t].units;
+      launches += f.steps[t].forward_launches;
+      merges += f.steps[t].merge_launches;
+      EXPECT_EQ(f.steps[t].units, int64_t(plan->workers[w].forward[t].computes.size()));
+    }
+    EXPECT_EQ(units, launches);
+    EXPECT_GE(f.busy_seconds, 0);
+    EXPECT_GT(f.flops, 0);
+    // Owners of the last chunks receive partials from helpers (Algorithm 2, t < P/2).
+    if (w == 3) {
+      EXPECT_EQ(merges, 1);
+    }
+  }
+  // Constant V rows of 1: every output is exactly 1.
+  for (float o : sim->out) ASSERT_NEAR(o, 1.f, 1e-6);
+}
+
+}  // namespace
+}  // namespace dfa
