@@ -102,6 +102,10 @@ Grads RunBackend(AttentionBackend& be, Inputs& in, const Case& c) {
   return g;
 }
 
+double MagDp(int d, float scale) {
+  return 2.0 * d * testing::kMeanAbsProduct * (1.0 + scale * d * testing::kMeanAbsProduct);
+}
+
 void ExpectClose(const std::vector<float>& got, const std::vector<double>& want, double tol,
                  const char* what) {
   ASSERT_EQ(got.size(), want.size());
@@ -121,13 +125,14 @@ void CheckBackward(AttentionBackend& be, const Case& c, uint32_t seed) {
   reference::Problem p{in.q.view(), in.k.view(), in.v.view(), c.q0, c.k0, c.mask, in.scale};
   auto ref = reference::Backward(p, in.dout.view());
   ASSERT_TRUE(ref.ok()) << ref.status();
-  // |q|, |k|, |v|, |dO| <= 1: dP and D are sums of D products; dV sums m products, dK and dQ sum
-  // m (resp. n) products of dS (<= 2 * D in magnitude) with scale * q (resp. k).
-  const double mag_dp = 2.0 * c.d * (1.0 + in.scale * c.d);
+  // dP and D are sums of D products (mean |.| 1/4 each); dS = P (dP - D) carries the scores'
+  // error too; dV sums m products, dK and dQ sum m (resp. n) products of dS with scale * q
+  // (resp. k).
+  const double mag_dp = MagDp(c.d, in.scale);
   const int group = c.hq / c.hkv;
   ExpectClose(g.dq, ref->dq, Fp32Tolerance(c.n + c.d, in.scale * mag_dp), "dq");
   ExpectClose(g.dk, ref->dk, Fp32Tolerance(group * c.m + c.d, in.scale * mag_dp), "dk");
-  ExpectClose(g.dv, ref->dv, Fp32Tolerance(group * c.m + c.d, 1.0 + in.scale * c.d), "dv");
+  ExpectClose(g.dv, ref->dv, Fp32Tolerance(group * c.m + c.d, 1.0 + in.scale * c.d * testing::kMeanAbsProduct), "dv");
 }
 
 TEST(CpuBackward, MatchesReferenceOverGrid) {
@@ -217,10 +222,10 @@ TEST(CpuBackward, RowsSeeingNoKeyGiveZeroGradients) {
   for (int r = 0; r < 40; ++r) {
     for (int i = 0; i < 2 * 64; ++i) ASSERT_EQ(g.dq[r * 128 + i], 0.f) << "row " << r;
   }
-  const double mag_dp = 2.0 * c.d * (1.0 + in.scale * c.d);
+  const double mag_dp = MagDp(c.d, in.scale);
   ExpectClose(g.dq, ref->dq, Fp32Tolerance(c.n + c.d, in.scale * mag_dp), "dq");
   ExpectClose(g.dk, ref->dk, Fp32Tolerance(2 * c.m + c.d, in.scale * mag_dp), "dk");
-  ExpectClose(g.dv, ref->dv, Fp32Tolerance(2 * c.m + c.d, 1.0 + in.scale * c.d), "dv");
+  ExpectClose(g.dv, ref->dv, Fp32Tolerance(2 * c.m + c.d, 1.0 + in.scale * c.d * testing::kMeanAbsProduct), "dv");
 }
 
 }  // namespace
