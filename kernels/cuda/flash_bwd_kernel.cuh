@@ -25,7 +25,7 @@ struct BwdTraits {
   static constexpr int kMT = kBlockM / 8;  // 8-column tiles of S^T (query rows)
   static constexpr int kDT = kD / 8;
   static constexpr int kSmemBytes =
-      (2 * kBlockN * kD + 2 * kBlockM * kD + kBlockN * kBlockM) * 2 + 2 * kBlockM * 4;
+      (2 * kBlockN * kD + 4 * kBlockM * kD + kBlockN * kBlockM) * 2 + 2 * kBlockM * 4;
   static_assert(kBlockN == 16 * kNWarps && kBlockM == 16 * kNWarps, "one 16-row tile per warp");
   static_assert(kBlockM % 64 == 0 && kD % 64 == 0, "tile shapes");
 };
@@ -47,9 +47,9 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashBwdKernel(const BwdParams p
   extern __shared__ __align__(128) char smem_raw[];
   T* s_k = reinterpret_cast<T*>(smem_raw);
   T* s_v = s_k + kBlockN * kD;
-  T* s_q = s_v + kBlockN * kD;
-  T* s_do = s_q + kBlockM * kD;
-  T* s_ds = s_do + kBlockM * kD;  // dS^T [kBlockN][kBlockM]
+  T* s_q_base = s_v + kBlockN * kD;          // 2 stages
+  T* s_do_base = s_q_base + 2 * kBlockM * kD;  // 2 stages
+  T* s_ds = s_do_base + 2 * kBlockM * kD;      // dS^T [kBlockN][kBlockM]
   float* s_lse = reinterpret_cast<float*>(s_ds + kBlockN * kBlockM);  // LSE * log2e
   float* s_delta = s_lse + kBlockM;
 
@@ -84,15 +84,33 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashBwdKernel(const BwdParams p
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[dt][e] = acc_dv[dt][e] = 0.f;
 
-  for (int gi = 0; gi < group; ++gi) {
-    const int h = hk * group + gi;
-    for (int mb = m_block_min; mb < m_blocks; ++mb) {
+  // Work items are (query head of the group, query block); Q and dO of item i + 1 are copied
+  // while item i computes.
+  const int per_head = m_blocks - m_block_min;
+  const int items = group * per_head;
+  auto load_item = [&](int item, int stage) {
+    const int h = hk * group + item / per_head;
+    const int64_t m_begin = int64_t{m_block_min + item % per_head} * kBlockM;
+    const int m_valid = static_cast<int>(Min64(kBlockM, p.m - m_begin));
+    LoadTile<kBlockM, kD, kThreads>(s_q_base + stage * kBlockM * kD,
+                                    static_cast<const T*>(p.q) + b * p.q_batch_stride + m_begin * p.q_row_stride + int64_t{h} * kD,
+                                    p.q_row_stride, m_valid);
+    LoadTile<kBlockM, kD, kThreads>(s_do_base + stage * kBlockM * kD,
+                                    static_cast<const T*>(p.dout) + b * p.do_batch_stride + m_begin * p.do_row_stride + int64_t{h} * kD,
+                                    p.do_row_stride, m_valid);
+  };
+  load_item(0, 0);
+  CpAsyncCommit();
+
+  for (int item = 0; item < items; ++item) {
+    {
+      const int h = hk * group + item / per_head;
+      const int mb = m_block_min + item % per_head;
       const int64_t m_begin = int64_t{mb} * kBlockM;
       const int m_valid = static_cast<int>(Min64(kBlockM, p.m - m_begin));
-      const T* q_g = static_cast<const T*>(p.q) + b * p.q_batch_stride + m_begin * p.q_row_stride + int64_t{h} * kD;
-      const T* do_g = static_cast<const T*>(p.dout) + b * p.do_batch_stride + m_begin * p.do_row_stride + int64_t{h} * kD;
-      LoadTile<kBlockM, kD, kThreads>(s_q, q_g, p.q_row_stride, m_valid);
-      LoadTile<kBlockM, kD, kThreads>(s_do, do_g, p.do_row_stride, m_valid);
+      const T* s_q = s_q_base + (item & 1) * kBlockM * kD;
+      const T* s_do = s_do_base + (item & 1) * kBlockM * kD;
+      if (item + 1 < items) load_item(item + 1, (item + 1) & 1);
       CpAsyncCommit();
       for (int i = threadIdx.x; i < kBlockM; i += kThreads) {
         float l = INFINITY, d = 0.f;  // rows past the end and rows that see no key: P = 0
@@ -104,7 +122,7 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashBwdKernel(const BwdParams p
         s_lse[i] = l;
         s_delta[i] = d;
       }
-      CpAsyncWait<0>();
+      CpAsyncWait<1>();
       __syncthreads();
 
       // S^T = K Q^T and dP^T = V dO^T for this warp's 16 key rows.
