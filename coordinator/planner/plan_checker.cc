@@ -266,7 +266,9 @@ absl::StatusOr<int64_t> CheckWorker(const Plan& plan, int w, bool fwd, const Att
     int64_t live = 0;
     for (const auto* list : {&received, &partials}) {
       for (const Buffer& b : *list) {
-        if (b.born <= t && t <= b.last_use) live += TransferBytes(shape, b.tensor, b.rows.size());
+        // A received buffer is allocated when its receive is posted, one step early.
+        const int from = list == &received ? b.born - 1 : b.born;
+        if (from <= t && t <= b.last_use) live += TransferBytes(shape, b.tensor, b.rows.size());
       }
     }
     for (const auto& [s, bytes] : transient) {

@@ -15,7 +15,8 @@
 //    of step t depends only on steps < t of other workers, so the waits form no cycle; within a
 //    step the canonical per-pair order (CanonicalTransferLess) is the same on both sides.
 //  - memory: peak bytes of transfer buffers and partials alive at once per worker (a buffer lives
-//    from its receive step to its last use, a partial from its first compute to its send step),
+//    from the step before its receive step, when the executor posts the receive, to its last
+//    use; a partial from its first compute to its send step),
 //    bounded by `max_buffer_bytes` when given.
 // Errors: FAILED_PRECONDITION naming the worker, pass, step and what is wrong.
 #pragma once

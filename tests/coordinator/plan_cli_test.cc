@@ -1,0 +1,77 @@
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "client/plan_cli/plan_command.h"
+#include "gtest/gtest.h"
+
+namespace dfa {
+namespace {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result RunPlan(std::vector<std::string> args) {
+  args.insert(args.begin(), "plan");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int code = RunPlanCommand(static_cast<int>(argv.size()), argv.data());
+  Result r{code, ::testing::internal::GetCapturedStdout(), ::testing::internal::GetCapturedStderr()};
+  return r;
+}
+
+double JsonNumber(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return -1;
+  return std::stod(json.substr(at + key.size() + 3));
+}
+
+TEST(PlanCommandTest, JsonReportsTheMakespanRatio) {
+  Result r = RunPlan({"--workers", "4", "--seq", "4096", "--schedule", "ring", "--json",
+                  "--bandwidth-gbps", "0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NEAR(JsonNumber(r.out, "makespan_ratio"), 7.0 / 4, 0.01);
+  Result b = RunPlan({"--workers=4", "--seq=4096", "--schedule=balanced", "--json",
+                  "--bandwidth-gbps=0"});
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_LE(JsonNumber(b.out, "makespan_ratio"), 1.02);
+  EXPECT_NE(b.out.find("\"bytes_sent\""), std::string::npos);
+  EXPECT_NE(b.out.find("\"bytes_received\""), std::string::npos);
+}
+
+TEST(PlanCommandTest, TextPrintsStepsBusyIdleAndBytes) {
+  Result r = RunPlan({"--workers", "3", "--seq", "300", "--heads", "8", "--kv-heads", "2",
+                  "--full", "--speeds", "1,2,1", "--schedule", "balanced"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* s : {"step 0", "busy_s", "idle_s", "bytes_sent", "makespan/ideal", "full"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  }
+}
+
+TEST(PlanCommandTest, BadInputGivesAClearErrorAndNonZeroExit) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--workers", "0", "--seq", "8", "--schedule", "ring"}, "--workers"},
+      {{"--workers", "8", "--seq", "4", "--schedule", "ring"}, "seq_len"},
+      {{"--workers", "2", "--seq", "8", "--heads", "6", "--kv-heads", "4", "--schedule", "ring"},
+       "multiple"},
+      {{"--workers", "2", "--seq", "8", "--schedule", "spiral"}, "unknown"},
+      {{"--workers", "3", "--seq", "30", "--schedule", "distflash"}, "even"},
+      {{"--workers", "x", "--seq", "8", "--schedule", "ring"}, "not an integer"},
+      {{"--workers", "2", "--seq", "8"}, "--schedule"},
+      {{"--workers", "2", "--seq", "8", "--schedule", "ring", "--bogus"}, "unknown flag"},
+      {{"--workers", "2", "--seq", "8", "--schedule", "balanced", "--speeds", "1,0"}, "speeds"},
+      {{"--workers", "2", "--seq"}, "needs a value"},
+  };
+  for (const auto& [args, want] : cases) {
+    Result r = RunPlan(args);
+    EXPECT_EQ(r.code, 2) << want;
+    EXPECT_NE(r.err.find(want), std::string::npos) << "stderr: " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace dfa

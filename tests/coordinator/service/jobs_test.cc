@@ -1,0 +1,147 @@
+// Job lifecycle over a real loopback channel with fake workers: states, watch stream, stats,
+// FLOPs, ordering rules, cancellation, release and time-to-live.
+#include "coordinator_test_util.h"
+#include "kernels/attention_backend.h"
+
+namespace dfa::testing {
+namespace {
+
+using JobsTest = CoordinatorFixture;
+
+TEST_F(JobsTest, ForwardThenBackwardSucceedWithStatsAndFlops) {
+  StartCoordinator();
+  AddCpuWorkers(3);
+  v1::AttentionSpec spec = GoodSpec();
+  spec.set_seq_len(3000);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(spec, &created).ok());
+  ASSERT_EQ(created.shards_size(), 3);
+  // Every worker got the session with its rank, all peers and the cpu transport.
+  for (const auto& w : workers_) {
+    v1::OpenSessionRequest open = w->last_open();
+    EXPECT_EQ(open.session_id(), created.session_id());
+    EXPECT_EQ(open.peers_size(), 3);
+    EXPECT_EQ(open.transport(), "ucx");
+    EXPECT_EQ(open.plan().workers_size(), 3);
+    EXPECT_EQ(created.shards(open.rank()).worker_id(), w->id());
+  }
+  // The shards partition the sequence.
+  int64_t covered = 0;
+  for (const auto& shard : created.shards()) {
+    for (const auto& r : shard.owned()) covered += r.end() - r.begin();
+  }
+  EXPECT_EQ(covered, spec.seq_len());
+
+  v1::Job job;
+  ASSERT_TRUE(Submit(created.session_id(), v1::JOB_FORWARD, &job).ok());
+  EXPECT_TRUE(job.state() == v1::JOB_QUEUED || job.state() == v1::JOB_RUNNING);
+  std::vector<v1::Job> seen = Watch(job.job_id());
+  ASSERT_FALSE(seen.empty());
+  const v1::Job& done = seen.back();
+  EXPECT_EQ(done.state(), v1::JOB_SUCCEEDED) << done.error_message();
+  EXPECT_EQ(done.steps_done(), done.steps_total());
+  EXPECT_GT(done.steps_total(), 0);
+  EXPECT_GT(done.wall_seconds(), 0.0);
+  EXPECT_DOUBLE_EQ(done.flops(), ForwardFlops(1, 8, 64, 0, 3000, 0, 3000, MaskKind::kCausal));
+  ASSERT_EQ(done.workers_size(), 3);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(done.workers(r).rank(), r);
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].steps_done(), seen[i - 1].steps_done());
+
+  v1::Job bwd;
+  ASSERT_TRUE(Submit(created.session_id(), v1::JOB_BACKWARD, &bwd).ok());
+  const v1::Job bwd_done = Watch(bwd.job_id()).back();
+  EXPECT_EQ(bwd_done.state(), v1::JOB_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(bwd_done.flops(), 2.5 * done.flops());
+  for (const auto& w : workers_) EXPECT_EQ(w->runs_started(), 2);
+
+  v1::GetJobRequest get;
+  get.set_job_id(job.job_id());
+  get.set_client_id("mallory");
+  v1::Job other;
+  EXPECT_EQ(stub_->GetJob(Ctx().get(), get, &other).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(JobsTest, SecondJobWhileOneRunsIsFailedPreconditionAndCancelStopsWorkers) {
+  StartCoordinator();
+  AddCpuWorkers(2);
+  for (auto& w : workers_) w->set_block_runs(true);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
+  v1::Job job;
+  ASSERT_TRUE(Submit(created.session_id(), v1::JOB_FORWARD, &job).ok());
+  ASSERT_TRUE(WaitFor([&] { return workers_[0]->runs_started() + workers_[1]->runs_started() == 2; }));
+  v1::Job second;
+  EXPECT_EQ(Submit(created.session_id(), v1::JOB_FORWARD, &second).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  v1::GetJobRequest req;
+  req.set_job_id(job.job_id());
+  req.set_client_id("alice");
+  v1::Job cancelled;
+  ASSERT_TRUE(stub_->CancelJob(Ctx().get(), req, &cancelled).ok());
+  const v1::Job final_state = Watch(job.job_id()).back();
+  EXPECT_EQ(final_state.state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(final_state.error_code(), static_cast<int>(grpc::StatusCode::CANCELLED));
+  EXPECT_EQ(workers_[0]->cancels() + workers_[1]->cancels(), 2);
+  // Cancel is idempotent; a cancelled forward does not allow a backward.
+  EXPECT_TRUE(stub_->CancelJob(Ctx().get(), req, &cancelled).ok());
+  EXPECT_EQ(cancelled.state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(Submit(created.session_id(), v1::JOB_BACKWARD, &second).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(JobsTest, JobsOfTwoSessionsOnTheSameWorkersQueueAndAllFinish) {
+  StartCoordinator();
+  AddCpuWorkers(2);
+  v1::CreateSessionResponse a, b;
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &a, 0, "alice").ok());
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &b, 0, "bob").ok());
+  v1::Job ja, jb;
+  ASSERT_TRUE(Submit(a.session_id(), v1::JOB_FORWARD, &ja, "alice").ok());
+  ASSERT_TRUE(Submit(b.session_id(), v1::JOB_FORWARD, &jb, "bob").ok());
+  EXPECT_EQ(jb.state(), v1::JOB_QUEUED);  // one job per worker at a time
+  EXPECT_EQ(Watch(ja.job_id(), "alice").back().state(), v1::JOB_SUCCEEDED);
+  EXPECT_EQ(Watch(jb.job_id(), "bob").back().state(), v1::JOB_SUCCEEDED);
+}
+
+TEST_F(JobsTest, ReleaseCancelsTheRunningJobAndClosesTheSession) {
+  StartCoordinator();
+  AddCpuWorkers(2);
+  for (auto& w : workers_) w->set_block_runs(true);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
+  v1::Job job;
+  ASSERT_TRUE(Submit(created.session_id(), v1::JOB_FORWARD, &job).ok());
+  ASSERT_TRUE(WaitFor([&] { return workers_[0]->runs_started() == 1; }));
+  v1::ReleaseSessionRequest rel;
+  rel.set_session_id(created.session_id());
+  rel.set_client_id("alice");
+  v1::ReleaseSessionResponse rel_resp;
+  ASSERT_TRUE(stub_->ReleaseSession(Ctx().get(), rel, &rel_resp).ok());
+  EXPECT_EQ(Watch(job.job_id()).back().state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(workers_[0]->closed() + workers_[1]->closed(), 2);
+}
+
+TEST_F(JobsTest, IdleSessionIsReleasedAfterItsTimeToLive) {
+  StartCoordinator();
+  AddCpuWorkers(2);
+  v1::CreateSessionRequest req;
+  *req.mutable_spec() = GoodSpec();
+  req.set_client_id("alice");
+  req.set_ttl_seconds(1);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(Create(req, &created).ok());
+  ASSERT_TRUE(WaitFor([&] { return workers_[0]->closed() == 1 && workers_[1]->closed() == 1; },
+                      absl::Seconds(4)));
+  v1::Job job;
+  EXPECT_EQ(Submit(created.session_id(), v1::JOB_FORWARD, &job).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::ClusterStatus status;
+  ASSERT_TRUE(stub_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.sessions(), 0);
+  EXPECT_EQ(status.memory_used_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace dfa::testing
