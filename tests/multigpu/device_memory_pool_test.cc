@@ -88,10 +88,21 @@ TEST(PooledBackendTest, KernelsForwardAndMemoryComesFromThePool) {
   EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
   EXPECT_TRUE(backend.Forward(ForwardArgs{}).ok());
   EXPECT_TRUE(backend.Synchronize(nullptr).ok());
-  EXPECT_EQ(counting->calls, 2);
+  EXPECT_EQ(counting->calls, 2);  // Forward + Synchronize
+  // Free is stream-ordered: the block is retired, reusable only after Synchronize.
   backend.Free(*p);
+  EXPECT_EQ(shared->used(), size_t{1} << 20);
+  EXPECT_EQ(shared->retired_bytes(), size_t{1} << 20);
+  EXPECT_TRUE(backend.Synchronize(nullptr).ok());
   EXPECT_EQ(shared->used(), 0u);
+  EXPECT_EQ(shared->retired_bytes(), 0u);
   EXPECT_EQ(counting->inner_frees, 0);
+  // A full pool reclaims retired blocks by itself.
+  auto big = backend.Alloc(16 << 20);
+  ASSERT_TRUE(big.ok()) << big.status();
+  backend.Free(*big);
+  auto again = backend.Alloc(16 << 20);
+  EXPECT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(backend.Name(), "counting");
 }
 

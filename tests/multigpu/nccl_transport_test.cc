@@ -102,6 +102,10 @@ TEST(NcclTransportTest, RingStepsDeliverInOrderWithoutHostSync) {
     EXPECT_EQ(t->bytes_sent(), int64_t{kSteps} * kBytes);
     EXPECT_EQ(t->bytes_received(), int64_t{kSteps} * kBytes);
     EXPECT_TRUE(t->status().ok());
+    auto idle = t->CollectComputeIdleSeconds();
+    ASSERT_TRUE(idle.ok()) << idle.status();
+    EXPECT_GE(*idle, 0.0);
+    EXPECT_LT(*idle, 10.0);
     groups.clear();
     cudaFree(send);
     cudaFree(recv[0]);

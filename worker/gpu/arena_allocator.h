@@ -23,6 +23,11 @@ class ArenaAllocator {
   // Returns a range given by Allocate. INVALID_ARGUMENT for an offset that is not allocated.
   absl::Status Free(size_t offset);
 
+  // Size (after rounding) of the allocated range at `offset`; 0 when none is allocated there.
+  size_t SizeOf(size_t offset) const {
+    auto it = allocated_.find(offset);
+    return it == allocated_.end() ? 0 : it->second;
+  }
   size_t capacity() const { return capacity_; }
   size_t used() const { return used_; }
   size_t peak_used() const { return peak_used_; }

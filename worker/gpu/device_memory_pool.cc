@@ -61,6 +61,34 @@ absl::Status DeviceMemoryPool::Free(void* p) {
   return arena_.Free(static_cast<size_t>(c - base_));
 }
 
+absl::Status DeviceMemoryPool::Retire(void* p) {
+  char* c = static_cast<char*>(p);
+  absl::MutexLock lock(&mu_);
+  if (c < base_ || c >= base_ + arena_.capacity()) {
+    return absl::InvalidArgumentError("device pool: pointer is not from this pool");
+  }
+  const size_t off = static_cast<size_t>(c - base_);
+  const size_t bytes = arena_.SizeOf(off);
+  if (bytes == 0) return absl::InvalidArgumentError("device pool: block is not allocated");
+  retired_.push_back(off);
+  retired_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+size_t DeviceMemoryPool::ReclaimRetired() {
+  absl::MutexLock lock(&mu_);
+  const size_t before = arena_.used();
+  for (size_t off : retired_) (void)arena_.Free(off);
+  retired_.clear();
+  retired_bytes_ = 0;
+  return before - arena_.used();
+}
+
+size_t DeviceMemoryPool::retired_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return retired_bytes_;
+}
+
 size_t DeviceMemoryPool::capacity() const {
   absl::MutexLock lock(&mu_);
   return arena_.capacity();

@@ -4,12 +4,15 @@
 // implicit device synchronisation) happens inside a job, and the worker's memory limit is a
 // hard bound that the coordinator can account against (RESOURCE_EXHAUSTED when it won't fit).
 //
-// Thread-safe. Free() does not wait for GPU work: the caller must know that no queued work uses
-// the block any more (PooledBackend::Free synchronises the device first, like cudaFree).
+// Thread-safe. Free() makes a block reusable at once: the caller must know that no queued GPU
+// work uses it any more. Retire() is the stream-ordered form: the block is quarantined and comes
+// back only through ReclaimRetired(), which the caller invokes after a device-wide
+// synchronisation (PooledBackend does so at the end of a pass, or when memory runs out).
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/status.h"
@@ -30,6 +33,12 @@ class DeviceMemoryPool {
   absl::StatusOr<void*> Allocate(size_t bytes);
   // INVALID_ARGUMENT for a pointer that this pool did not hand out.
   absl::Status Free(void* p);
+  // Quarantines a block that queued GPU work may still use (no synchronisation here).
+  absl::Status Retire(void* p);
+  // Makes every retired block reusable. Call only once all GPU work queued before the blocks
+  // were retired has finished (e.g. after cudaDeviceSynchronize). Returns the bytes reclaimed.
+  size_t ReclaimRetired();
+  size_t retired_bytes() const;
 
   int device() const { return device_; }
   size_t capacity() const;
@@ -42,6 +51,8 @@ class DeviceMemoryPool {
   char* base_;
   mutable absl::Mutex mu_;
   ArenaAllocator arena_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> retired_ ABSL_GUARDED_BY(mu_);  // offsets
+  size_t retired_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dfa

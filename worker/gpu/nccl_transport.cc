@@ -27,9 +27,7 @@ class NcclTransport::Group : public PendingGroup {
   absl::Status Wait(void* compute_stream, absl::Duration timeout) override {
     RETURN_IF_ERROR(transport_->status());
     transport_->Tighten(state_.get(), absl::Now() + timeout);
-    CUDA_RETURN_IF_ERROR(
-        cudaStreamWaitEvent(static_cast<cudaStream_t>(compute_stream), state_->done, 0));
-    return absl::OkStatus();
+    return transport_->StreamWait(compute_stream, state_->done);
   }
 
  private:
@@ -78,6 +76,7 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
   size_ = options.size;
   watchdog_period_ = options.watchdog_period;
   default_group_timeout_ = options.default_group_timeout;
+  measure_compute_idle_ = options.measure_compute_idle;
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
   if (device_ >= count) {
@@ -185,6 +184,11 @@ NcclTransport::~NcclTransport() {
   absl::MutexLock lock(&mu_);
   for (auto& s : outstanding_) cudaEventDestroy(s->done);
   for (CUevent_st* e : free_events_) cudaEventDestroy(e);
+  for (auto& [a, b] : idle_pairs_) {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  for (CUevent_st* e : free_timing_events_) cudaEventDestroy(e);
   if (ready_event_ != nullptr) cudaEventDestroy(ready_event_);
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
 }
@@ -233,6 +237,55 @@ void NcclTransport::Release(GroupState* state) {
 void NcclTransport::Tighten(GroupState* state, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   state->deadline = std::min(state->deadline, deadline);
+}
+
+absl::Status NcclTransport::StreamWait(void* compute_stream, CUevent_st* done) {
+  cudaStream_t s = static_cast<cudaStream_t>(compute_stream);
+  if (!measure_compute_idle_) {
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, done, 0));
+    return absl::OkStatus();
+  }
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& e : ev) {
+      if (!free_timing_events_.empty()) {
+        e = free_timing_events_.back();
+        free_timing_events_.pop_back();
+      }
+    }
+  }
+  for (auto& e : ev) {
+    if (e == nullptr) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], s));
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, done, 0));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], s));
+  absl::MutexLock lock(&mu_);
+  idle_pairs_.emplace_back(ev[0], ev[1]);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> NcclTransport::CollectComputeIdleSeconds() {
+  absl::MutexLock lock(&mu_);
+  double total = 0;
+  absl::Status st;
+  for (auto& [a, b] : idle_pairs_) {
+    float ms = 0;
+    cudaError_t err = cudaEventElapsedTime(&ms, a, b);
+    if (err == cudaSuccess) {
+      total += ms / 1e3;
+    } else if (st.ok()) {
+      st = err == cudaErrorNotReady
+               ? absl::FailedPreconditionError("nccl: idle timing read before the stream finished")
+               : CudaStatus(err, "cudaEventElapsedTime");
+    }
+    free_timing_events_.push_back(a);
+    free_timing_events_.push_back(b);
+  }
+  idle_pairs_.clear();
+  if (!st.ok()) return st;
+  return total;
 }
 
 absl::StatusOr<std::unique_ptr<PendingGroup>> NcclTransport::Post(

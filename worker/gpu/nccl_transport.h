@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -58,6 +59,10 @@ struct NcclTransportOptions {
   absl::Duration watchdog_period = absl::Milliseconds(2);
   // Deadline for a group that is never waited on (counted from Post()).
   absl::Duration default_group_timeout = absl::Seconds(300);
+  // Wait() brackets its stream wait with two timing events, so CollectComputeIdleSeconds() can
+  // tell how long the compute stream stood still waiting for data (the GPU's idle time; host
+  // clocks cannot see it since nothing waits on the host).
+  bool measure_compute_idle = true;
 };
 
 class NcclTransport : public Transport {
@@ -85,6 +90,10 @@ class NcclTransport : public Transport {
   absl::Status Drain(absl::Duration timeout);
   // OK, or the error that failed the transport.
   absl::Status status() const;
+  // Seconds the compute stream(s) spent blocked in the waits queued by Wait() since the last
+  // call: the sum over waits of the time between "compute reached the wait" and "data arrived".
+  // Call after the stream was synchronised (FAILED_PRECONDITION if a wait has not run yet).
+  absl::StatusOr<double> CollectComputeIdleSeconds();
   // The communication stream (cudaStream_t), for tests and diagnostics.
   void* comm_stream() const { return comm_stream_; }
 
@@ -111,6 +120,8 @@ class NcclTransport : public Transport {
   absl::StatusOr<CUevent_st*> TakeEvent();
   void Release(GroupState* state);
   void Tighten(GroupState* state, absl::Time deadline);
+  // Queues "compute_stream waits for done", bracketed by timing events when measuring.
+  absl::Status StreamWait(void* compute_stream, CUevent_st* done);
 
   int device_ = 0;
   int rank_ = 0;
@@ -134,6 +145,10 @@ class NcclTransport : public Transport {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::shared_ptr<GroupState>> outstanding_ ABSL_GUARDED_BY(mu_);
   std::vector<CUevent_st*> free_events_ ABSL_GUARDED_BY(mu_);
+  bool measure_compute_idle_ = true;
+  // Timing-event pairs (before, after) of queued waits, and spare timing events.
+  std::vector<std::pair<CUevent_st*, CUevent_st*>> idle_pairs_ ABSL_GUARDED_BY(mu_);
+  std::vector<CUevent_st*> free_timing_events_ ABSL_GUARDED_BY(mu_);
   std::thread watchdog_;
 };
 

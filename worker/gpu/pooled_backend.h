@@ -3,8 +3,12 @@
 // everything it allocates for sessions and jobs (Q/K/V/O/LSE, gradients, receive buffers,
 // scratch) comes from the worker's pool and no cudaMalloc happens while a job runs.
 //
-// Free() synchronises the pool's device before returning the block, as cudaFree would, so code
-// written against the plain backend keeps its meaning. Same thread rules as the inner backend.
+// Free() is stream-ordered and never synchronises: the block is retired (quarantined) and
+// becomes reusable only after a device-wide synchronisation, which happens in Synchronize()
+// (the executor's end of a pass) or when an Alloc() finds the pool full. So buffers that a pass
+// frees while its kernels and NCCL transfers may still read them are never handed out early,
+// and no step pays for a cudaFree's implicit device synchronisation. Same thread rules as the
+// inner backend.
 #pragma once
 
 #include <memory>
@@ -30,7 +34,7 @@ class PooledBackend : public AttentionBackend {
   absl::Status Convert(const TensorView& src, const TensorView& dst, void* stream) override {
     return inner_->Convert(src, dst, stream);
   }
-  absl::StatusOr<void*> Alloc(size_t bytes) override { return pool_->Allocate(bytes); }
+  absl::StatusOr<void*> Alloc(size_t bytes) override;
   void Free(void* p) override;
   absl::Status Copy(void* dst, const void* src, size_t bytes, CopyKind kind,
                     void* stream) override {
@@ -39,7 +43,7 @@ class PooledBackend : public AttentionBackend {
   absl::Status Memset(void* dst, int value, size_t bytes, void* stream) override {
     return inner_->Memset(dst, value, bytes, stream);
   }
-  absl::Status Synchronize(void* stream) override { return inner_->Synchronize(stream); }
+  absl::Status Synchronize(void* stream) override;
 
   AttentionBackend* inner() { return inner_.get(); }
   DeviceMemoryPool* pool() { return pool_.get(); }
