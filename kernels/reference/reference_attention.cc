@@ -34,23 +34,53 @@ absl::Status Check(const Problem& p) {
   return ValidateForward(a);
 }
 
-double At(const TensorView& t, int b, int64_t r, int h, int d) {
-  return LoadAsFloat(t.data, t.dtype,
-                     b * t.BatchStride() + r * t.RowStride() + int64_t{h} * t.head_dim + d);
+// A view's values as dense fp64 [B, rows, H, D].
+std::vector<double> Dense(const TensorView& t) {
+  std::vector<double> out(static_cast<size_t>(t.batch) * t.rows * t.heads * t.head_dim);
+  size_t o = 0;
+  for (int b = 0; b < t.batch; ++b) {
+    for (int64_t r = 0; r < t.rows; ++r) {
+      const int64_t base = b * t.BatchStride() + r * t.RowStride();
+      for (int64_t i = 0; i < int64_t{t.heads} * t.head_dim; ++i) {
+        out[o++] = LoadAsFloat(t.data, t.dtype, base + i);
+      }
+    }
+  }
+  return out;
 }
+
+// The problem's inputs as dense fp64 arrays.
+struct DenseProblem {
+  const Problem& p;
+  std::vector<double> q, k, v;
+  explicit DenseProblem(const Problem& problem)
+      : p(problem), q(Dense(problem.q)), k(Dense(problem.k)), v(Dense(problem.v)) {}
+  const double* Q(int b, int64_t i, int h) const {
+    return &q[((b * p.q.rows + i) * p.q.heads + h) * int64_t{p.q.head_dim}];
+  }
+  const double* K(int b, int64_t j, int h) const {
+    return &k[((b * p.k.rows + j) * p.k.heads + h) * int64_t{p.k.head_dim}];
+  }
+  const double* V(int b, int64_t j, int h) const {
+    return &v[((b * p.k.rows + j) * p.k.heads + h) * int64_t{p.k.head_dim}];
+  }
+};
 
 bool Visible(const Problem& p, int64_t i, int64_t j) {
   return p.mask == MaskKind::kFull || p.kv_row0 + j <= p.q_row0 + i;
 }
 
 // Scores of query row i of head h against all keys (scaled; -inf where masked).
-void Scores(const Problem& p, int b, int h, int64_t i, std::vector<double>& s) {
+void Scores(const DenseProblem& dp, int b, int h, int64_t i, std::vector<double>& s) {
+  const Problem& p = dp.p;
   const int hk = h / (p.q.heads / p.k.heads);
   s.assign(p.k.rows, kNegInf);
+  const double* q = dp.Q(b, i, h);
   for (int64_t j = 0; j < p.k.rows; ++j) {
     if (!Visible(p, i, j)) continue;
+    const double* k = dp.K(b, j, hk);
     double dot = 0.0;
-    for (int d = 0; d < p.q.head_dim; ++d) dot += At(p.q, b, i, h, d) * At(p.k, b, j, hk, d);
+    for (int d = 0; d < p.q.head_dim; ++d) dot += q[d] * k[d];
     s[j] = dot * p.scale;
   }
 }
@@ -68,12 +98,13 @@ absl::StatusOr<ForwardResult> Forward(const Problem& p) {
   ForwardResult r;
   r.out.assign(static_cast<size_t>(B) * m * H * D, 0.0);
   r.lse.assign(static_cast<size_t>(B) * H * m, kNegInf);
+  const DenseProblem dp(p);
   std::vector<double> s;
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
       const int hk = h / (H / p.k.heads);
       for (int64_t i = 0; i < m; ++i) {
-        Scores(p, b, h, i, s);
+        Scores(dp, b, h, i, s);
         const double mx = *std::max_element(s.begin(), s.end());
         if (mx == kNegInf) continue;  // sees no key: LSE -inf, output 0
         double sum = 0.0;
@@ -81,7 +112,8 @@ absl::StatusOr<ForwardResult> Forward(const Problem& p) {
         double* o = &r.out[OutIndex(p.q, b, i, h)];
         for (int64_t j = 0; j < p.k.rows; ++j) {
           if (s[j] == 0.0) continue;
-          for (int d = 0; d < D; ++d) o[d] += s[j] / sum * At(p.v, b, j, hk, d);
+          const double* v = dp.V(b, j, hk);
+          for (int d = 0; d < D; ++d) o[d] += s[j] / sum * v[d];
         }
         r.lse[(static_cast<size_t>(b) * H + h) * m + i] = mx + std::log(sum);
       }
@@ -108,6 +140,8 @@ absl::StatusOr<Gradients> BackwardUnit(const Problem& p, const TensorView& dout,
   g.dq.assign(static_cast<size_t>(B) * m * H * D, 0.0);
   g.dk.assign(static_cast<size_t>(B) * n * Hk * D, 0.0);
   g.dv.assign(g.dk.size(), 0.0);
+  const DenseProblem dp(p);
+  const std::vector<double> dout_d = Dense(dout);
   std::vector<double> s;
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
@@ -116,20 +150,24 @@ absl::StatusOr<Gradients> BackwardUnit(const Problem& p, const TensorView& dout,
         const double L = lse[(static_cast<size_t>(b) * H + h) * m + i];
         const double Di = delta[(static_cast<size_t>(b) * H + h) * m + i];
         if (!std::isfinite(L)) continue;  // the row sees no key at all: no gradient
-        Scores(p, b, h, i, s);
+        Scores(dp, b, h, i, s);
         double* dq = &g.dq[OutIndex(p.q, b, i, h)];
+        const double* q = dp.Q(b, i, h);
+        const double* go = &dout_d[OutIndex(p.q, b, i, h)];
         for (int64_t j = 0; j < n; ++j) {
           if (s[j] == kNegInf) continue;
           const double pij = std::exp(s[j] - L);
-          double dp = 0.0;
-          for (int d = 0; d < D; ++d) dp += At(dout, b, i, h, d) * At(p.v, b, j, hk, d);
-          const double ds = pij * (dp - Di);
+          const double* k = dp.K(b, j, hk);
+          const double* v = dp.V(b, j, hk);
+          double dpij = 0.0;
+          for (int d = 0; d < D; ++d) dpij += go[d] * v[d];
+          const double ds = pij * (dpij - Di);
           double* dk = &g.dk[OutIndex(p.k, b, j, hk)];
           double* dv = &g.dv[OutIndex(p.k, b, j, hk)];
           for (int d = 0; d < D; ++d) {
-            dv[d] += pij * At(dout, b, i, h, d);
-            dk[d] += p.scale * ds * At(p.q, b, i, h, d);
-            dq[d] += p.scale * ds * At(p.k, b, j, hk, d);
+            dv[d] += pij * go[d];
+            dk[d] += p.scale * ds * q[d];
+            dq[d] += p.scale * ds * k[d];
           }
         }
       }
@@ -146,13 +184,15 @@ absl::StatusOr<Gradients> Backward(const Problem& p, const TensorView& dout) {
       dout.head_dim != D) {
     return absl::InvalidArgumentError("dout: null or shape does not match q");
   }
+  const std::vector<double> dout_d = Dense(dout);
   std::vector<double> delta(static_cast<size_t>(B) * H * m, 0.0);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
       for (int64_t i = 0; i < m; ++i) {
         const double* o = &f.out[OutIndex(p.q, b, i, h)];
+        const double* go = &dout_d[OutIndex(p.q, b, i, h)];
         double sum = 0.0;
-        for (int d = 0; d < D; ++d) sum += At(dout, b, i, h, d) * o[d];
+        for (int d = 0; d < D; ++d) sum += go[d] * o[d];
         delta[(static_cast<size_t>(b) * H + h) * m + i] = sum;
       }
     }

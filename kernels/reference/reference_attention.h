@@ -1,5 +1,6 @@
 // Plain fp64 O(m·n) attention: the ground truth that kernel tests and `dfa demo --verify`
-// compare against. Deliberately simple (no blocking, no threads); slow on purpose.
+// compare against. Deliberately simple: inputs read once into dense fp64 arrays, then the
+// textbook loops (no blocking, no threads, no online softmax).
 //
 // Inputs are host TensorViews in the layouts of kernels/attention_backend.h (any dtype, any row
 // stride; values are read exactly, so compare a backend against the reference on the same
