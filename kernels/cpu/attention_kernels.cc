@@ -55,7 +55,8 @@ inline vf Load(const float* p) {
   return v;
 }
 inline void Store(float* p, vf v) { __builtin_memcpy(p, &v, sizeof v); }
-inline vf Splat(float x) { return vf{} + x; }
+// x - 0 == x for every x (also -0), so this folds to a plain broadcast (vf{} + x does not).
+inline vf Splat(float x) { return x - vf{}; }
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline float MaxF(float a, float b) { return a > b ? a : b; }
 inline int64_t RoundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
