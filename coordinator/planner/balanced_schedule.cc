@@ -9,9 +9,15 @@
 //     evenly over T = P steps, cutting blocks into query sub-blocks; step 0 uses own data only.
 //     All workers thus finish step t at the same time t * makespan / T (in the cost model), and
 //     step t+1's K/V transfers overlap step t's compute.
+// Its weak spot is communication at large P: the owner of the first (largest) shard sends it to
+// every other worker over one link. So "balanced" is a cost-model search: it also builds the
+// zigzag ring (exactly balanced for equal speeds, one K/V pair per link per step) and returns
+// whichever has the smaller forward makespan for an H200-like worker (32 heads of 128, bf16,
+// 400 TFLOP/s, 300 GB/s, 20 us) at the given speeds.
 #include <algorithm>
 #include <cmath>
 
+#include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/plan_builder.h"
 #include "coordinator/planner/planner.h"
 
@@ -70,7 +76,8 @@ int64_t CutRow(int64_t q0, int64_t q1, const RowRange& kv, MaskKind mask, double
 
 }  // namespace
 
-Plan MakeBalancedPlan(const PlanRequest& r) {
+// The speed-proportional direct-send plan described at the top of this file.
+Plan MakeSpeedProportionalPlan(const PlanRequest& r) {
   const int P = r.workers;
   Plan plan;
   plan.schedule = "balanced";
@@ -98,12 +105,12 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     double total = 0;
     for (int j : kv_owner) total += work_of(shard(w), shard(j));
     const double own = work_of(shard(w), shard(w));
-    // End-of-step cumulative targets: step 0 holds own work only.
+    // End-of-step cumulative targets: (t+1)/T of the work, so every worker ends step t at
+    // (t+1) * makespan / T; step 0 holds own work only (a worker with less own work than a
+    // step's share catches up in step 1, whose K/V was posted at time 0).
     std::vector<double> target(T, total);
-    if (T > 1) {
-      const double c0 = std::min(own, total / T);
-      for (int t = 0; t < T; ++t) target[t] = c0 + (total - c0) * t / (T - 1);
-    }
+    for (int t = 0; t + 1 < T; ++t) target[t] = total * (t + 1) / T;
+    if (T > 1) target[0] = std::min(own, total / T);
     double done = 0;
     int t = 0;
     for (int j : kv_owner) {
@@ -129,6 +136,23 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     }
   }
   return plan;
+}
+
+Plan MakeBalancedPlan(const PlanRequest& r) {
+  Plan best = MakeSpeedProportionalPlan(r);
+  if (r.workers < 2 || r.seq_len < 2 * int64_t{r.workers}) return best;
+  CostParams params;
+  params.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
+  params.speeds = r.speeds;
+  Plan zigzag = MakeZigzagPlan(r);
+  zigzag.schedule = "balanced";
+  planner_internal::EqualizeSteps(best);
+  absl::StatusOr<PlanCost> a = EstimateCost(best, params);
+  absl::StatusOr<PlanCost> b = EstimateCost(zigzag, params);
+  if (a.ok() && b.ok() && b->forward.makespan_seconds < a->forward.makespan_seconds * (1 - 1e-9)) {
+    return zigzag;
+  }
+  return best;
 }
 
 }  // namespace dfa
