@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/grpc_util.h"
 
 namespace dfa::client {
@@ -97,6 +98,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   c->channel_ = MakeChannel(c->options_.coordinator);
   c->stub_ = v1::Coordinator::NewStub(c->channel_);
   return c;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& coordinator) {
+  ClientOptions o;
+  o.coordinator = coordinator;
+  return Connect(o);
 }
 
 std::shared_ptr<grpc::Channel> Client::WorkerChannel(const std::string& address) {

@@ -1,7 +1,8 @@
 // The C++ client library of the DistFlashAttn Service (public API).
 //
-//   ASSIGN_OR_RETURN(auto client, Client::Connect({.coordinator = "127.0.0.1:7000"}));
-//   ASSIGN_OR_RETURN(auto session, client->CreateSession({.spec = spec}));
+//   ASSIGN_OR_RETURN(auto client, Client::Connect("127.0.0.1:7000"));
+//   SessionOptions so;  so.spec = spec;
+//   ASSIGN_OR_RETURN(auto session, client->CreateSession(so));
 //   RETURN_IF_ERROR(session->Upload(v1::TENSOR_Q, q));   // ... K, V: straight to the workers
 //   ASSIGN_OR_RETURN(v1::Job job, session->Run(v1::JOB_FORWARD));
 //   RETURN_IF_ERROR(session->Download(v1::TENSOR_O, &o));
@@ -111,6 +112,8 @@ class Client {
  public:
   // Opens a channel to the coordinator; does not wait for it (the first call does).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  // Default options for `coordinator` (host:port).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& coordinator);
 
   // Validates the spec locally, then asks the coordinator for a session.
   absl::StatusOr<std::unique_ptr<Session>> CreateSession(const SessionOptions& options);

@@ -1,0 +1,111 @@
+#include "client/attention_job.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dfa::client {
+namespace {
+
+bool Retryable(const absl::Status& s) { return s.code() == absl::StatusCode::kUnavailable; }
+
+}  // namespace
+
+absl::Status AttentionJob::NewSession(bool after_failure) {
+  if (session_) {
+    (void)session_->Release();  // best effort: the lost worker may not answer
+    session_.reset();
+  }
+  SessionOptions o = options_.session;
+  if (after_failure) {
+    // Place on the workers still alive; the coordinator drops the lost one from its registry.
+    auto workers = client_->ListWorkers();
+    if (workers.ok()) {
+      int alive = 0;
+      for (const auto& w : workers->workers()) alive += w.alive() ? 1 : 0;
+      if (o.num_workers == 0 || o.num_workers > alive) o.num_workers = alive;
+    }
+    if (o.num_workers <= 0) o.num_workers = 0;
+  }
+  ASSIGN_OR_RETURN(session_, client_->CreateSession(o));
+  return absl::OkStatus();
+}
+
+absl::Status AttentionJob::Upload(v1::TensorKind kind, const HostTensor& t) {
+  ASSIGN_OR_RETURN(TransferStats stats, session_->Upload(kind, t, options_.transfer));
+  bytes_uploaded_ += stats.bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> AttentionJob::ForwardOnce(ForwardOutputs* out) {
+  RETURN_IF_ERROR(Upload(v1::TENSOR_Q, *q_));
+  RETURN_IF_ERROR(Upload(v1::TENSOR_K, *k_));
+  RETURN_IF_ERROR(Upload(v1::TENSOR_V, *v_));
+  ASSIGN_OR_RETURN(v1::Job job, session_->Run(v1::JOB_FORWARD, options_.observer));
+  RETURN_IF_ERROR(session_->Download(v1::TENSOR_O, &out->o, options_.transfer).status());
+  RETURN_IF_ERROR(session_->Download(v1::TENSOR_LSE, &out->lse, options_.transfer).status());
+  return job;
+}
+
+absl::StatusOr<v1::Job> AttentionJob::BackwardOnce(BackwardOutputs* out) {
+  RETURN_IF_ERROR(Upload(v1::TENSOR_DO, *dout_));
+  ASSIGN_OR_RETURN(v1::Job job, session_->Run(v1::JOB_BACKWARD, options_.observer));
+  RETURN_IF_ERROR(session_->Download(v1::TENSOR_DQ, &out->dq, options_.transfer).status());
+  RETURN_IF_ERROR(session_->Download(v1::TENSOR_DK, &out->dk, options_.transfer).status());
+  RETURN_IF_ERROR(session_->Download(v1::TENSOR_DV, &out->dv, options_.transfer).status());
+  return job;
+}
+
+absl::StatusOr<ForwardOutputs> AttentionJob::Forward(const HostTensor& q, const HostTensor& k,
+                                                     const HostTensor& v, v1::Job* job) {
+  q_ = &q;
+  k_ = &k;
+  v_ = &v;
+  forward_done_ = false;
+  if (!session_) RETURN_IF_ERROR(NewSession(false));
+  ForwardOutputs out;
+  for (int attempt = 0;; ++attempt) {
+    auto r = ForwardOnce(&out);
+    if (r.ok()) {
+      forward_done_ = true;
+      if (job) *job = *r;
+      return out;
+    }
+    if (!Retryable(r.status()) || attempt >= options_.max_retries) return r.status();
+    if (options_.on_retry) options_.on_retry(r.status());
+    ++retries_done_;
+    RETURN_IF_ERROR(NewSession(true));
+  }
+}
+
+absl::StatusOr<BackwardOutputs> AttentionJob::Backward(const HostTensor& dout, v1::Job* job) {
+  if (!forward_done_ || !session_) {
+    return absl::FailedPreconditionError("backward: run Forward first (the session keeps its "
+                                         "Q, K, V, O and LSE for the backward)");
+  }
+  dout_ = &dout;
+  BackwardOutputs out;
+  for (int attempt = 0;; ++attempt) {
+    auto r = BackwardOnce(&out);
+    if (r.ok()) {
+      if (job) *job = *r;
+      return out;
+    }
+    if (!Retryable(r.status()) || attempt >= options_.max_retries) return r.status();
+    if (options_.on_retry) options_.on_retry(r.status());
+    ++retries_done_;
+    // A new placement has no forward state: redo the forward there from the held inputs.
+    RETURN_IF_ERROR(NewSession(true));
+    ForwardOutputs fwd;
+    auto f = ForwardOnce(&fwd);
+    if (!f.ok()) return f.status();
+  }
+}
+
+absl::Status AttentionJob::Release() {
+  if (!session_) return absl::OkStatus();
+  absl::Status s = session_->Release();
+  session_.reset();
+  forward_done_ = false;
+  return s;
+}
+
+}  // namespace dfa::client

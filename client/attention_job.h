@@ -1,0 +1,74 @@
+// The training flow on top of Client/Session: a job that offloads its attention holds the full
+// Q, K, V (and later dO) in host memory; Forward scatters them to the owning workers, runs the
+// forward job and gathers O and LSE; Backward sends ONLY dO (the session kept Q, K, V, O, LSE on
+// the workers: rematerialisation-aware) and gathers dQ, dK, dV.
+//
+// Retries: when a job or a transfer fails with UNAVAILABLE (a worker was lost), the session is
+// re-created on the workers still alive and the work is redone from the inputs the client
+// holds (a backward retry re-runs the forward on the new placement first), up to max_retries.
+//
+// Ownership: the AttentionJob keeps pointers to the Client and to the input tensors passed to
+// Forward/Backward; they must outlive it. One thread at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+
+namespace dfa::client {
+
+struct AttentionJobOptions {
+  SessionOptions session;
+  TransferOptions transfer;
+  int max_retries = 1;
+  JobObserver observer;  // job progress, e.g. a progress bar
+  // Told about each retry (reason), e.g. to print it.
+  std::function<void(const absl::Status&)> on_retry;
+};
+
+struct ForwardOutputs {
+  HostTensor o, lse;
+};
+struct BackwardOutputs {
+  HostTensor dq, dk, dv;
+};
+
+class AttentionJob {
+ public:
+  AttentionJob(Client* client, AttentionJobOptions options)
+      : client_(client), options_(std::move(options)) {}
+
+  // Uploads q, k, v, runs forward, downloads O and LSE. The job's stats land in *job.
+  absl::StatusOr<ForwardOutputs> Forward(const HostTensor& q, const HostTensor& k,
+                                         const HostTensor& v, v1::Job* job = nullptr);
+  // Uploads dout, runs backward, downloads dQ, dK, dV. FAILED_PRECONDITION before Forward.
+  absl::StatusOr<BackwardOutputs> Backward(const HostTensor& dout, v1::Job* job = nullptr);
+  // Releases the session (also done on destruction).
+  absl::Status Release();
+
+  Session* session() { return session_.get(); }
+  int retries_done() const { return retries_done_; }
+  // Bytes this job has sent to the workers through the data plane, by tensor kind name.
+  int64_t bytes_uploaded() const { return bytes_uploaded_; }
+
+ private:
+  absl::Status NewSession(bool after_failure);
+  absl::StatusOr<v1::Job> ForwardOnce(ForwardOutputs* out);
+  absl::StatusOr<v1::Job> BackwardOnce(BackwardOutputs* out);
+  absl::Status Upload(v1::TensorKind kind, const HostTensor& t);
+
+  Client* client_;
+  AttentionJobOptions options_;
+  std::unique_ptr<Session> session_;
+  const HostTensor* q_ = nullptr;
+  const HostTensor* k_ = nullptr;
+  const HostTensor* v_ = nullptr;
+  const HostTensor* dout_ = nullptr;
+  bool forward_done_ = false;
+  int retries_done_ = 0;
+  int64_t bytes_uploaded_ = 0;
+};
+
+}  // namespace dfa::client

@@ -1,0 +1,62 @@
+#include "client/cli/job_flags.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dtype.h"
+
+namespace dfa::cli {
+
+absl::StatusOr<JobFlags> ParseJobFlags(Args& args, int64_t default_seq, int default_workers) {
+  JobFlags f;
+  v1::AttentionSpec& spec = f.session.spec;
+  ASSIGN_OR_RETURN(int64_t batch, args.GetInt("batch", 1, 1, 1 << 20));
+  ASSIGN_OR_RETURN(int64_t seq, args.GetInt("seq", default_seq, 1, int64_t{1} << 40));
+  ASSIGN_OR_RETURN(int64_t heads, args.GetInt("heads", 8, 1, 1 << 16));
+  ASSIGN_OR_RETURN(int64_t kv_heads, args.GetInt("kv-heads", heads, 1, 1 << 16));
+  ASSIGN_OR_RETURN(int64_t head_dim, args.GetInt("head-dim", 64, 1, 1 << 16));
+  ASSIGN_OR_RETURN(std::string dtype, args.GetString("dtype", "bf16"));
+  ASSIGN_OR_RETURN(bool causal, args.GetBool("causal", true));
+  ASSIGN_OR_RETURN(bool full, args.GetBool("full", false));
+  ASSIGN_OR_RETURN(double scale, args.GetDouble("scale", 0.0, 0.0, 1e6));
+  ASSIGN_OR_RETURN(int64_t workers, args.GetInt("workers", default_workers, 0, 4096));
+  ASSIGN_OR_RETURN(f.session.schedule, args.GetString("schedule", "balanced"));
+  ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 1, 0, INT64_MAX));
+  ASSIGN_OR_RETURN(int64_t ttl, args.GetInt("ttl", 0, 0, 7 * 24 * 3600));
+  if (args.Has("causal") && full && causal) {
+    return absl::InvalidArgumentError("--causal and --full exclude each other");
+  }
+  if (heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--heads (", heads,
+                                                   ") must be a multiple of --kv-heads (",
+                                                   kv_heads, ")"));
+  }
+  spec.set_batch(static_cast<int32_t>(batch));
+  spec.set_seq_len(seq);
+  spec.set_q_heads(static_cast<int32_t>(heads));
+  spec.set_kv_heads(static_cast<int32_t>(kv_heads));
+  spec.set_head_dim(static_cast<int32_t>(head_dim));
+  ASSIGN_OR_RETURN(v1::DType dt, client::ParseDType(dtype));
+  spec.set_dtype(dt);
+  spec.set_causal(!full);
+  spec.set_softmax_scale(static_cast<float>(scale));
+  f.session.num_workers = static_cast<int>(workers);
+  f.session.ttl_seconds = static_cast<int>(ttl);
+  f.seed = static_cast<uint64_t>(seed);
+  return f;
+}
+
+absl::StatusOr<client::TransferPath> ParseTransferPath(const std::string& p) {
+  if (p == "auto") return client::TransferPath::kAuto;
+  if (p == "grpc") return client::TransferPath::kGrpc;
+  if (p == "shm") return client::TransferPath::kSharedMemory;
+  return absl::InvalidArgumentError(absl::StrCat("--path: '", p, "' (expected auto, grpc or shm)"));
+}
+
+std::string DescribeSpec(const v1::AttentionSpec& spec) {
+  auto dt = client::FromProtoDType(spec.dtype());
+  return absl::StrCat("B=", spec.batch(), " S=", spec.seq_len(), " Hq=", spec.q_heads(),
+                      " Hkv=", spec.kv_heads(), " D=", spec.head_dim(), " ",
+                      dt.ok() ? std::string(DTypeName(*dt)) : "?",
+                      spec.causal() ? " causal" : " full");
+}
+
+}  // namespace dfa::cli

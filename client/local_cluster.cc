@@ -1,0 +1,218 @@
+#include "client/local_cluster.h"
+
+#include <arpa/inet.h>
+#include <signal.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+
+namespace dfa::client {
+namespace fs = std::filesystem;
+
+absl::StatusOr<int> LocalCluster::FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int e = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(e)));
+  }
+  close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& bin_dir,
+                                                     const std::string& component,
+                                                     const std::string& name) {
+  std::vector<fs::path> candidates;
+  if (!bin_dir.empty()) {
+    candidates.push_back(fs::path(bin_dir) / name);
+    candidates.push_back(fs::path(bin_dir) / component / name);
+  }
+  if (const char* env = getenv("DFA_BIN_DIR"); env != nullptr && *env != '\0') {
+    candidates.push_back(fs::path(env) / name);
+    candidates.push_back(fs::path(env) / component / name);
+  }
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path dir = self.parent_path();
+    candidates.push_back(dir / name);
+    candidates.push_back(dir.parent_path() / component / name);
+    candidates.push_back(dir.parent_path().parent_path() / component / name);
+  }
+  std::string tried;
+  for (const auto& c : candidates) {
+    if (access(c.c_str(), X_OK) == 0) return c.string();
+    absl::StrAppend(&tried, "\n  ", c.string());
+  }
+  return absl::NotFoundError(absl::StrCat(name, " not found (build it: cmake --build <dir> --target ",
+                                          name, "); tried:", tried));
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  if (options.workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--workers must be >= 1, got ", options.workers));
+  }
+  std::unique_ptr<LocalCluster> c(new LocalCluster(options));
+  ASSIGN_OR_RETURN(c->coordinator_bin_,
+                   FindBinary(options.bin_dir, "coordinator", "dfa-coordinator"));
+  ASSIGN_OR_RETURN(c->worker_bin_, FindBinary(options.bin_dir, "worker", "dfa-worker"));
+  c->log_dir_ = options.log_dir;
+  if (c->log_dir_.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    std::string templ = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/dfa-cluster-XXXXXX");
+    if (mkdtemp(templ.data()) == nullptr) {
+      return absl::UnavailableError(absl::StrCat("mkdtemp ", templ, ": ", std::strerror(errno)));
+    }
+    c->log_dir_ = templ;
+  } else {
+    std::error_code ec;
+    fs::create_directories(c->log_dir_, ec);
+  }
+  absl::Status s = c->StartCoordinator();
+  for (int i = 0; s.ok() && i < options.workers; ++i) s = c->StartWorker(i);
+  if (s.ok()) s = c->WaitForWorkers(options.workers, options.start_timeout);
+  if (!s.ok()) {
+    (void)c->Stop();
+    return s;
+  }
+  return c;
+}
+
+LocalCluster::~LocalCluster() { (void)Stop(); }
+
+absl::Status LocalCluster::StartCoordinator() {
+  ASSIGN_OR_RETURN(int port, FreePort());
+  ASSIGN_OR_RETURN(coordinator_.metrics_port, FreePort());
+  coordinator_.address = absl::StrCat("127.0.0.1:", port);
+  std::vector<std::string> argv = {coordinator_bin_, absl::StrCat("--listen=", coordinator_.address),
+                                   absl::StrCat("--metrics_port=", coordinator_.metrics_port)};
+  for (const auto& a : options_.coordinator_args) argv.push_back(a);
+  ASSIGN_OR_RETURN(coordinator_proc_,
+                   ChildProcess::Start("dfa-coordinator", std::move(argv),
+                                       absl::StrCat(log_dir_, "/coordinator.log")));
+  ASSIGN_OR_RETURN(auto client, Client::Connect(coordinator_.address));
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
+  while (true) {
+    if (!coordinator_proc_->Running()) {
+      return absl::UnavailableError(absl::StrCat("dfa-coordinator exited during start. Log tail:\n",
+                                                 coordinator_proc_->LogTail(15)));
+    }
+    if (client->WaitForCoordinator(absl::Milliseconds(200)).ok()) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("dfa-coordinator not answering on ", coordinator_.address, " after ",
+                       absl::FormatDuration(options_.start_timeout), ". Log tail:\n",
+                       coordinator_proc_->LogTail(15)));
+    }
+  }
+}
+
+absl::Status LocalCluster::StartWorker(int index) {
+  ASSIGN_OR_RETURN(int port, FreePort());
+  DaemonEndpoint ep;
+  ASSIGN_OR_RETURN(ep.metrics_port, FreePort());
+  ep.address = absl::StrCat("127.0.0.1:", port);
+  const std::string id = absl::StrCat("worker-", index);
+  std::vector<std::string> argv = {worker_bin_,
+                                   absl::StrCat("--listen=", ep.address),
+                                   absl::StrCat("--advertise=", ep.address),
+                                   absl::StrCat("--coordinator=", coordinator_.address),
+                                   absl::StrCat("--worker_id=", id),
+                                   absl::StrCat("--backend=", options_.backend),
+                                   absl::StrCat("--metrics_port=", ep.metrics_port)};
+  if (options_.threads_per_worker > 0) {
+    argv.push_back(absl::StrCat("--threads=", options_.threads_per_worker));
+  }
+  if (options_.memory_limit_bytes > 0) {
+    argv.push_back(absl::StrCat("--memory_limit_bytes=", options_.memory_limit_bytes));
+  }
+  for (const auto& a : options_.worker_args) argv.push_back(a);
+  ASSIGN_OR_RETURN(auto proc, ChildProcess::Start(absl::StrCat("dfa-worker ", id), std::move(argv),
+                                                  absl::StrCat(log_dir_, "/", id, ".log")));
+  worker_procs_.push_back(std::move(proc));
+  workers_.push_back(ep);
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::WaitForWorkers(int n, absl::Duration timeout) {
+  ClientOptions co;
+  co.coordinator = coordinator_.address;
+  co.rpc_timeout = absl::Seconds(2);
+  ASSIGN_OR_RETURN(auto client, Client::Connect(co));
+  const absl::Time deadline = absl::Now() + timeout;
+  int alive = 0;
+  while (true) {
+    for (auto& p : worker_procs_) {
+      if (!p->Running()) {
+        return absl::UnavailableError(absl::StrCat(p->name(), " exited during start. Log tail:\n",
+                                                   p->LogTail(15)));
+      }
+    }
+    if (!coordinator_proc_->Running()) {
+      return absl::UnavailableError(absl::StrCat("dfa-coordinator exited. Log tail:\n",
+                                                 coordinator_proc_->LogTail(15)));
+    }
+    auto list = client->ListWorkers();
+    if (list.ok()) {
+      alive = 0;
+      for (const auto& w : list->workers()) alive += w.alive() ? 1 : 0;
+      if (alive >= n) return absl::OkStatus();
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          alive, " of ", n, " workers registered after ", absl::FormatDuration(timeout),
+          ". Last worker log tail:\n", worker_procs_.back()->LogTail(15)));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+absl::Status LocalCluster::AddWorker() {
+  const int index = static_cast<int>(worker_procs_.size());
+  RETURN_IF_ERROR(StartWorker(index));
+  int live = 0;
+  for (auto& p : worker_procs_) live += p->Running() ? 1 : 0;
+  return WaitForWorkers(live, options_.start_timeout);
+}
+
+absl::Status LocalCluster::Stop() {
+  if (stopped_) return absl::OkStatus();
+  stopped_ = true;
+  absl::Status first;
+  // Signal every worker first so that they shut down in parallel, then wait for each.
+  std::vector<bool> was_running;
+  for (auto& p : worker_procs_) {
+    was_running.push_back(p->Running());
+    p->Signal(SIGTERM);
+  }
+  for (size_t i = 0; i < worker_procs_.size(); ++i) {
+    auto& p = worker_procs_[i];
+    absl::Status s = p->Stop(options_.stop_grace);
+    if (was_running[i] && first.ok()) first = s;  // a worker a test killed on purpose is no error
+  }
+  if (coordinator_proc_) {
+    absl::Status s = coordinator_proc_->Stop(options_.stop_grace);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace dfa::client
