@@ -18,6 +18,12 @@ const char* CodeName(int code) {
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* const kBuckets = new prometheus::Histogram::BucketBoundaries{
+      0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000};
+  return *kBuckets;
+}
+
 }  // namespace
 
 std::string JobKindLabel(v1::JobKind kind) {
@@ -72,7 +78,17 @@ CoordinatorMetrics::CoordinatorMetrics()
       grpc_errors_(prometheus::BuildCounter()
                        .Name("dfa_grpc_errors_total")
                        .Help("RPCs answered with a non-OK status")
-                       .Register(*registry_)) {}
+                       .Register(*registry_)) {
+  // Create every job series at zero, so that rate() and the dashboard see them from the start.
+  for (v1::JobKind kind : {v1::JOB_FORWARD, v1::JOB_BACKWARD}) {
+    const std::string k = JobKindLabel(kind);
+    latency_.Add({{"kind", k}}, LatencyBuckets());
+    flops_.Add({{"kind", k}});
+    for (v1::JobState state : {v1::JOB_SUCCEEDED, v1::JOB_FAILED, v1::JOB_CANCELLED}) {
+      jobs_.Add({{"kind", k}, {"state", JobStateLabel(state)}});
+    }
+  }
+}
 
 absl::StatusOr<int> CoordinatorMetrics::Serve(int port) {
   try {
@@ -89,9 +105,7 @@ absl::StatusOr<int> CoordinatorMetrics::Serve(int port) {
 void CoordinatorMetrics::JobFinished(v1::JobKind kind, v1::JobState state,
                                      double latency_seconds, double flops) {
   const std::string k = JobKindLabel(kind);
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000};
-  latency_.Add({{"kind", k}}, kBuckets).Observe(latency_seconds);
+  latency_.Add({{"kind", k}}, LatencyBuckets()).Observe(latency_seconds);
   jobs_.Add({{"kind", k}, {"state", JobStateLabel(state)}}).Increment();
   if (state == v1::JOB_SUCCEEDED) flops_.Add({{"kind", k}}).Increment(flops);
 }
