@@ -130,8 +130,9 @@ class Load(threading.Thread):
         # A request that must fail (unknown job): dfa_grpc_errors_total gets a sample.
         self.run_client(["status", "--coordinator", self.coordinator, "--job", "no-such-job"])
         while not self.stop_event.is_set():
-            r = self.run_client(["demo", "--coordinator", self.coordinator,
-                                 "--seq_len", "2048", "--heads", "4", "--head_dim", "64"])
+            # Small causal forward+backward jobs on both workers: seconds each on 2 cores.
+            r = self.run_client(["submit", "--coordinator", self.coordinator, "--workers", "2",
+                                 "--seq", "2048", "--heads", "4", "--head-dim", "64"])
             if r.returncode == 0:
                 self.ok += 1
             else:
