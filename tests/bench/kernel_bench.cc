@@ -128,14 +128,20 @@ int main(int argc, char** argv) {
   }
   auto backend = std::move(backend_or).value();
 
-  const Rate sgemm = SgemmRate(threads, reps);
+  // sgemm is timed before and after the attention runs; the better figure is the yardstick
+  // (the conservative choice on a machine whose load changes during the run).
+  Rate sgemm = SgemmRate(threads, reps);
   std::printf("machine: %u hardware threads; using %d threads\n",
               std::thread::hardware_concurrency(), threads);
-  std::printf("OpenBLAS sgemm 2048^3 fp32: %.1f GFLOP/s wall, %.1f cpu (%s)\n", sgemm.wall,
-              sgemm.cpu, openblas_get_config());
-  std::printf("GFLOP/s by wall clock [by cpu time]; %% of sgemm compares like with like\n");
-  std::printf("%-5s %4s %-6s %6s %3s %3s | %-27s | %-27s\n", "dtype", "D", "mask", "S", "H", "Hkv",
-              "forward GF/s, % of sgemm", "backward GF/s, % of sgemm");
+  std::printf("OpenBLAS sgemm 2048^3 fp32 (before): %.1f GFLOP/s wall, %.1f cpu (%s)\n",
+              sgemm.wall, sgemm.cpu, openblas_get_config());
+  struct Result {
+    std::string dtype;
+    int dim;
+    std::string mask;
+    Rate fwd, bwd;
+  };
+  std::vector<Result> results;
 
   std::mt19937 rng(42);
   for (const std::string& dts : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ','))) {
@@ -183,13 +189,25 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "kernel failed: %s\n", st.ToString().c_str());
           return 1;
         }
-        std::printf("%-5s %4d %-6s %6lld %3d %3d | %5.1f [%5.1f] %3.0f%% [%3.0f%%] | %5.1f [%5.1f] %3.0f%% [%3.0f%%]\n",
-                    dts.c_str(), D, ms.c_str(), static_cast<long long>(S), H, Hkv, fwd.wall, fwd.cpu,
-                    100.0 * fwd.wall / sgemm.wall, 100.0 * fwd.cpu / sgemm.cpu, bwd.wall, bwd.cpu,
-                    100.0 * bwd.wall / sgemm.wall, 100.0 * bwd.cpu / sgemm.cpu);
-        std::fflush(stdout);
+        results.push_back({dts, D, ms, fwd, bwd});
+        std::fprintf(stderr, "%s D=%d %s: forward %.1f GFLOP/s, backward %.1f\n", dts.c_str(), D,
+                     ms.c_str(), fwd.wall, bwd.wall);
       }
     }
+  }
+  const Rate after = SgemmRate(threads, reps);
+  std::printf("OpenBLAS sgemm 2048^3 fp32 (after):  %.1f GFLOP/s wall, %.1f cpu\n", after.wall,
+              after.cpu);
+  sgemm.wall = std::max(sgemm.wall, after.wall);
+  sgemm.cpu = std::max(sgemm.cpu, after.cpu);
+  std::printf("GFLOP/s by wall clock [by cpu time]; %% of the better sgemm figure of the same kind\n");
+  std::printf("%-5s %4s %-6s %6s %3s %3s | %-27s | %-27s\n", "dtype", "D", "mask", "S", "H", "Hkv",
+              "forward GF/s, % of sgemm", "backward GF/s, % of sgemm");
+  for (const Result& r : results) {
+    std::printf("%-5s %4d %-6s %6lld %3d %3d | %5.1f [%5.1f] %3.0f%% [%3.0f%%] | %5.1f [%5.1f] %3.0f%% [%3.0f%%]\n",
+                r.dtype.c_str(), r.dim, r.mask.c_str(), static_cast<long long>(S), H, Hkv, r.fwd.wall,
+                r.fwd.cpu, 100.0 * r.fwd.wall / sgemm.wall, 100.0 * r.fwd.cpu / sgemm.cpu, r.bwd.wall,
+                r.bwd.cpu, 100.0 * r.bwd.wall / sgemm.wall, 100.0 * r.bwd.cpu / sgemm.cpu);
   }
   return 0;
 }
