@@ -173,9 +173,11 @@ TEST(NcclTransportTest, MissingPeerFailsTheGroupInsteadOfHanging) {
       EXPECT_EQ(t->status().code(), absl::StatusCode::kCancelled);
       return;
     }
+    // Large enough that NCCL cannot complete it into its own buffers without a receiver.
+    constexpr size_t kBytes = size_t{512} << 20;
     void* buf = nullptr;
-    ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
-    TransportMessage out{1, buf, 1 << 20};
+    ASSERT_EQ(cudaMalloc(&buf, kBytes), cudaSuccess);
+    TransportMessage out{1, buf, kBytes};
     auto g = t->Post({&out, 1}, {}, s);
     ASSERT_TRUE(g.ok()) << g.status();
     const absl::Time start = absl::Now();

@@ -89,6 +89,11 @@ def run_one(args, mesh, world, rank, s, causal, backend, warmup, iters):
                     times_fb.append(e0.elapsed_time(e2) / 1e3)
                 del out
         finally:
+            # The context restores the buffers' shapes on exit, which autograd forbids on
+            # tensors that require grad.
+            for t in (q, k, v):
+                t.grad = None
+                t.requires_grad_(False)
             if ctx is not None:
                 ctx.__exit__(None, None, None)
     peak = torch.cuda.max_memory_allocated()
