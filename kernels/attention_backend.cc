@@ -28,6 +28,11 @@ RowStatView RowStatView::Slice(int64_t r0, int64_t n) const {
   return s;
 }
 
+absl::Status AttentionBackend::Accumulate(const TensorView&, const TensorView&, void*) {
+  return absl::UnimplementedError(
+      absl::StrCat("backend '", std::string(Name()), "' does not implement Accumulate"));
+}
+
 absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateBackend(std::string_view name,
                                                                 const BackendOptions& options) {
   if (name == "cpu") return CreateCpuBackend(options);

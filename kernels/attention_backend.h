@@ -122,6 +122,9 @@ class AttentionBackend {
                                     const RowStatView& delta, void* stream) = 0;
   // Element-wise cast of src into dst (same shape, any dtypes).
   virtual absl::Status Convert(const TensorView& src, const TensorView& dst, void* stream) = 0;
+  // dst += src, element by element; both fp32 of one shape (gradient partials arriving from
+  // peers). The default answers UNIMPLEMENTED; backends that run plans override it.
+  virtual absl::Status Accumulate(const TensorView& src, const TensorView& dst, void* stream);
 
   // Memory in the backend's address space (host for cpu, device for cuda).
   virtual absl::StatusOr<void*> Alloc(size_t bytes) = 0;

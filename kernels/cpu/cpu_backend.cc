@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_attention.h"
@@ -38,6 +39,13 @@ absl::Status CheckSameShape(const TensorView& a, const TensorView& b, absl::stri
   return absl::OkStatus();
 }
 
+// The drivers allocate their packed buffers before touching any output, so running out of
+// memory leaves the caller's tensors as they were.
+absl::Status OutOfMemory(absl::string_view what) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("cpu backend: not enough host memory for the ", what, " workspace"));
+}
+
 class CpuBackend final : public AttentionBackend {
  public:
   explicit CpuBackend(const BackendOptions& options)
@@ -47,13 +55,21 @@ class CpuBackend final : public AttentionBackend {
 
   absl::Status Forward(const ForwardArgs& args) override {
     RETURN_IF_ERROR(ValidateForward(args));
-    cpu::RunForward(args, kernels_, pool_, ws_);
+    try {
+      cpu::RunForward(args, kernels_, pool_, ws_);
+    } catch (const std::bad_alloc&) {
+      return OutOfMemory("forward");
+    }
     return absl::OkStatus();
   }
 
   absl::Status Backward(const BackwardArgs& args) override {
     RETURN_IF_ERROR(ValidateBackward(args));
-    cpu::RunBackward(args, kernels_, pool_, ws_);
+    try {
+      cpu::RunBackward(args, kernels_, pool_, ws_);
+    } catch (const std::bad_alloc&) {
+      return OutOfMemory("backward");
+    }
     return absl::OkStatus();
   }
 
@@ -116,6 +132,24 @@ class CpuBackend final : public AttentionBackend {
       for (int64_t i = 0; i < width; ++i) {
         StoreFromFloat(dst.data, dst.dtype, d0 + i, LoadAsFloat(src.data, src.dtype, s0 + i));
       }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Accumulate(const TensorView& src, const TensorView& dst, void*) override {
+    RETURN_IF_ERROR(CheckElementwise(src, "src"));
+    RETURN_IF_ERROR(CheckElementwise(dst, "dst"));
+    RETURN_IF_ERROR(CheckSameShape(src, dst, "src", "dst"));
+    if (src.dtype != DType::kF32 || dst.dtype != DType::kF32) {
+      return absl::InvalidArgumentError("accumulate: src and dst must be f32");
+    }
+    pool_.ParallelFor(int64_t{src.batch} * src.rows, [&](int64_t br, int) {
+      const int b = static_cast<int>(br / src.rows);
+      const int64_t r = br % src.rows;
+      const int64_t width = int64_t{src.heads} * src.head_dim;
+      const float* s = static_cast<const float*>(src.data) + b * src.BatchStride() + r * src.RowStride();
+      float* d = static_cast<float*>(dst.data) + b * dst.BatchStride() + r * dst.RowStride();
+      for (int64_t i = 0; i < width; ++i) d[i] += s[i];
     });
     return absl::OkStatus();
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/accumulate.h"
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/rowwise_ops.h"
 
@@ -200,6 +201,17 @@ class CudaBackend final : public AttentionBackend {
     RETURN_IF_ERROR(CheckSameShape(src, dst, "src", "dst"));
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
     CUDA_RETURN_IF_ERROR(cuda::LaunchConvert(ShapeOf(src), Raw(src), Raw(dst), AsStream(stream)), "convert launch");
+    return absl::OkStatus();
+  }
+
+  absl::Status Accumulate(const TensorView& src, const TensorView& dst, void* stream) override {
+    if (src.dtype != DType::kF32 || dst.dtype != DType::kF32 || src.batch != dst.batch ||
+        src.rows != dst.rows || src.heads != dst.heads || src.head_dim != dst.head_dim) {
+      return absl::InvalidArgumentError("cuda backend: accumulate needs f32 src and dst of one shape");
+    }
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchAccumulateF32(ShapeOf(src), Raw(src), Raw(dst), AsStream(stream)),
+        "accumulate launch");
     return absl::OkStatus();
   }
 

@@ -60,56 +60,14 @@ bool IsContiguous(const TensorView& v) {
   return v.RowStride() == width && (v.batch == 1 || v.BatchStride() == v.rows * width);
 }
 
-namespace {
-void HostAdd(const TensorView& dst, const TensorView& src) {
-  float* d = static_cast<float*>(dst.data);
-  const float* s = static_cast<const float*>(src.data);
-  const int64_t width = int64_t{dst.heads} * dst.head_dim;
-  for (int b = 0; b < dst.batch; ++b) {
-    for (int64_t r = 0; r < dst.rows; ++r) {
-      float* dr = d + b * dst.BatchStride() + r * dst.RowStride();
-      const float* sr = s + b * src.BatchStride() + r * src.RowStride();
-      for (int64_t i = 0; i < width; ++i) dr[i] += sr[i];
-    }
-  }
-}
-}  // namespace
-
 absl::Status AddInto(AttentionBackend& backend, const TensorView& dst, const TensorView& src,
                      void* stream) {
   if (dst.dtype != DType::kF32 || src.dtype != DType::kF32 || dst.batch != src.batch ||
       dst.rows != src.rows || dst.heads != src.heads || dst.head_dim != src.head_dim) {
     return absl::InvalidArgumentError("AddInto: dst and src must be fp32 views of one shape");
   }
-  if (backend.Name() == "cpu") {
-    HostAdd(dst, src);
-    return absl::OkStatus();
-  }
-  // Staged path for device backends: pack both into host, add, copy back.
-  const int64_t n = int64_t{dst.batch} * dst.rows * dst.heads * dst.head_dim;
-  std::vector<float> hd(n), hs(n);
-  ASSIGN_OR_RETURN(void* dd, backend.Alloc(n * 4));
-  ASSIGN_OR_RETURN(void* ds, backend.Alloc(n * 4));
-  TensorView dense = dst;
-  dense.data = dd;
-  dense.row_stride = dense.batch_stride = 0;
-  TensorView dense_s = dense;
-  dense_s.data = ds;
-  absl::Status st = backend.Convert(dst, dense, stream);
-  if (st.ok()) st = backend.Convert(src, dense_s, stream);
-  using K = AttentionBackend::CopyKind;
-  if (st.ok()) st = backend.Copy(hd.data(), dd, n * 4, K::kDeviceToHost, stream);
-  if (st.ok()) st = backend.Copy(hs.data(), ds, n * 4, K::kDeviceToHost, stream);
-  if (st.ok()) st = backend.Synchronize(stream);
-  if (st.ok()) {
-    for (int64_t i = 0; i < n; ++i) hd[i] += hs[i];
-    st = backend.Copy(dd, hd.data(), n * 4, K::kHostToDevice, stream);
-  }
-  if (st.ok()) st = backend.Convert(dense, dst, stream);
-  if (st.ok()) st = backend.Synchronize(stream);
-  backend.Free(dd);
-  backend.Free(ds);
-  return st;
+  // On the backend's own stream: no host round trip, no synchronisation.
+  return backend.Accumulate(src, dst, stream);
 }
 
 }  // namespace dfa::executor_internal

@@ -31,9 +31,8 @@ RowStatView StatView(void* base, const SessionShape& shape, int64_t total, int64
 // True when the view's elements are one contiguous run (can be sent without packing).
 bool IsContiguous(const TensorView& v);
 
-// dst += src, element-wise, both fp32 and the same shape. The backend interface has no add yet:
-// host-memory backends ("cpu") add in place; others stage through host memory (synchronising
-// the stream) until AttentionBackend gains an accumulate op.
+// dst += src, element-wise, both fp32 and the same shape, through AttentionBackend::Accumulate
+// (queued on `stream` for device backends; no host synchronisation).
 absl::Status AddInto(AttentionBackend& backend, const TensorView& dst, const TensorView& src,
                      void* stream);
 
