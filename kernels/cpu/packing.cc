@@ -59,14 +59,14 @@ void PackRows(const TensorView& t, float mul, int64_t rows_pad, int dp, float* d
 void PackTransposed(const TensorView& t, int64_t rows_pad, int dp, float* dst, ThreadPool& pool) {
   pool.ParallelFor(int64_t{t.batch} * t.heads, [&](int64_t bh, int) {
     const int b = static_cast<int>(bh / t.heads), h = static_cast<int>(bh % t.heads);
-    std::vector<float> row(t.head_dim);
+    float row[512];  // head_dim <= 512 (validated); no allocation inside pool tasks
     float* base = dst + bh * rows_pad * dp;
     for (int64_t blk = 0; blk < rows_pad / kBlockN; ++blk) {
       float* tile = base + blk * kBlockN * dp;  // [dp][kBlockN]
       for (int64_t j = 0; j < kBlockN; ++j) {
         const int64_t r = blk * kBlockN + j;
         if (r < t.rows) {
-          LoadRow(t, b, r, h, 1.f, row.data());
+          LoadRow(t, b, r, h, 1.f, row);
           for (int d = 0; d < t.head_dim; ++d) tile[d * kBlockN + j] = row[d];
         } else {
           for (int d = 0; d < t.head_dim; ++d) tile[d * kBlockN + j] = 0.f;
