@@ -65,6 +65,7 @@ class Cluster:
         cmd = [LAUNCHER, "--workers", "2", "--build-dir", build_dir, "--run-dir", run_dir]
         if prometheus:
             cmd += ["--prometheus", "--scrape-interval", "1s"]
+        cmd += ["--", "--threads=1"]  # two workers and the client share CI's 2 cores
         self.run_dir = run_dir
         self.out = open(os.path.join(run_dir, "launcher.log"), "w")
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT,
