@@ -1,5 +1,6 @@
 #include "coordinator/job_manager.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -159,8 +160,11 @@ void JobManager::Flush() {
 
 void JobManager::SendWorkerCancels(const std::shared_ptr<Record>& rec) {
   std::vector<int> ranks;
+  absl::Duration timeout = options_.rpc_timeout;
   {
     absl::MutexLock lock(&mu_);
+    // Shutting down waits for these calls: do not let an unresponsive worker hold it up.
+    if (shutdown_) timeout = std::min(timeout, absl::Seconds(1));
     for (size_t r = 0; r < rec->done.size(); ++r) {
       if (!rec->done[r]) ranks.push_back(static_cast<int>(r));
     }
@@ -168,7 +172,7 @@ void JobManager::SendWorkerCancels(const std::shared_ptr<Record>& rec) {
   }
   for (int r : ranks) {
     auto* call = new CancelCall;
-    call->ctx = ContextWithTimeout(options_.rpc_timeout);
+    call->ctx = ContextWithTimeout(timeout);
     call->req.set_job_id(rec->job.job_id());
     stubs_->Get(rec->session->shards[r].address)
         ->async()
