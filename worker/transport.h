@@ -55,6 +55,12 @@ class Transport {
   // Fails every pending and future group with CANCELLED (used to cancel a job). Thread-safe.
   virtual void Abort() = 0;
 
+  // Called once after a pass's last step: blocks until every posted group is complete and
+  // returns the first error of any of them (DEADLINE_EXCEEDED after `timeout`). GPU transports
+  // need it because Wait() returns before the data moved: a peer lost after the last Wait()
+  // would otherwise go unnoticed. Host transports complete groups in Wait() (default: OK).
+  virtual absl::Status Finish(absl::Duration timeout) { return absl::OkStatus(); }
+
   // Bytes moved so far, for metrics.
   virtual int64_t bytes_sent() const = 0;
   virtual int64_t bytes_received() const = 0;

@@ -505,6 +505,8 @@ absl::StatusOr<PassStats> PassRunner::Run() {
   if (fwd_ && out_acc_ != nullptr) {
     RETURN_IF_ERROR(backend_->Convert(out_view_, st_->o(), stream_));
   }
+  // GPU transports: a failure after the last Wait() surfaces here (issue 6, NcclTransport).
+  RETURN_IF_ERROR(transport_->Finish(opt_.step_timeout));
   RETURN_IF_ERROR(backend_->Synchronize(stream_));
   for (const StepStats& s : stats_.steps) {
     stats_.busy_seconds += s.busy_seconds;

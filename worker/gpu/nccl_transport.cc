@@ -77,6 +77,8 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
   watchdog_period_ = options.watchdog_period;
   default_group_timeout_ = options.default_group_timeout;
   measure_compute_idle_ = options.measure_compute_idle;
+  sent_per_peer_ = std::vector<std::atomic<int64_t>>(size_);
+  received_per_peer_ = std::vector<std::atomic<int64_t>>(size_);
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
   if (device_ >= count) {
@@ -191,6 +193,18 @@ NcclTransport::~NcclTransport() {
   for (CUevent_st* e : free_timing_events_) cudaEventDestroy(e);
   if (ready_event_ != nullptr) cudaEventDestroy(ready_event_);
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+}
+
+std::vector<int64_t> NcclTransport::bytes_sent_per_peer() const {
+  std::vector<int64_t> v;
+  for (const auto& b : sent_per_peer_) v.push_back(b.load());
+  return v;
+}
+
+std::vector<int64_t> NcclTransport::bytes_received_per_peer() const {
+  std::vector<int64_t> v;
+  for (const auto& b : received_per_peer_) v.push_back(b.load());
+  return v;
 }
 
 absl::Status NcclTransport::status() const {
@@ -330,10 +344,12 @@ absl::StatusOr<std::unique_ptr<PendingGroup>> NcclTransport::Post(
         for (const auto& m : sends) {
           ncclSend(m.data, m.bytes, ncclUint8, m.peer, comm_, comm_stream_);
           sent += static_cast<int64_t>(m.bytes);
+          sent_per_peer_[m.peer] += static_cast<int64_t>(m.bytes);
         }
         for (const auto& m : recvs) {
           ncclRecv(m.data, m.bytes, ncclUint8, m.peer, comm_, comm_stream_);
           received += static_cast<int64_t>(m.bytes);
+          received_per_peer_[m.peer] += static_cast<int64_t>(m.bytes);
         }
         // Errors of the individual calls are reported by ncclGroupEnd (non-blocking comm).
         ncclResult_t res = ncclGroupEnd();

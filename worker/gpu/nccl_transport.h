@@ -84,10 +84,14 @@ class NcclTransport : public Transport {
   void Abort() override;
   int64_t bytes_sent() const override { return bytes_sent_.load(); }
   int64_t bytes_received() const override { return bytes_received_.load(); }
+  // Per peer rank (index = rank; own rank stays 0), for metrics.
+  std::vector<int64_t> bytes_sent_per_peer() const;
+  std::vector<int64_t> bytes_received_per_peer() const;
 
   // Blocks the host until every posted group is done, or the transport failed, or `timeout`
   // passed (then it fails the transport with DEADLINE_EXCEEDED). For the end of a job.
   absl::Status Drain(absl::Duration timeout);
+  absl::Status Finish(absl::Duration timeout) override { return Drain(timeout); }
   // OK, or the error that failed the transport.
   absl::Status status() const;
   // Seconds the compute stream(s) spent blocked in the waits queued by Wait() since the last
@@ -134,6 +138,7 @@ class NcclTransport : public Transport {
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};
   std::atomic<bool> failed_{false};
+  std::vector<std::atomic<int64_t>> sent_per_peer_, received_per_peer_;  // sized in Init
 
   // Serialises NCCL calls that use comm_ against ncclCommAbort (which frees it).
   absl::Mutex comm_mu_;
