@@ -1,0 +1,225 @@
+#include "worker/job_runner.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "worker/executor/plan_executor.h"
+
+namespace dfa {
+namespace {
+
+constexpr size_t kMaxRememberedCancels = 1024;
+
+absl::Status CheckCovered(const RowCoverage& c, const char* tensor, const char* job) {
+  if (c.complete()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(job, " needs all of ", tensor, " on this worker: ", c.count(), " of ",
+                   c.total(), " (batch, row) pairs have been uploaded or generated"));
+}
+
+}  // namespace
+
+absl::Status JobRunner::Prepare(WorkerSession* s, const v1::RunJobRequest& req) {
+  std::lock_guard<std::mutex> l(s->mu);
+  if (s->job_running) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session_id = '", s->id, "' already runs job '", s->running_job_id, "'"));
+  }
+  if (req.kind() == v1::JOB_FORWARD) {
+    RETURN_IF_ERROR(CheckCovered(s->q_rows, "TENSOR_Q", "a forward job"));
+    RETURN_IF_ERROR(CheckCovered(s->k_rows, "TENSOR_K", "a forward job"));
+    RETURN_IF_ERROR(CheckCovered(s->v_rows, "TENSOR_V", "a forward job"));
+  } else {
+    if (!s->forward_done) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kind = JOB_BACKWARD before a forward job completed on session '", s->id,
+          "' (the backward uses the forward's saved O and LSE)"));
+    }
+    RETURN_IF_ERROR(CheckCovered(s->dout_rows, "TENSOR_DO", "a backward job"));
+  }
+  s->job_running = true;
+  s->running_job_id = req.job_id();
+  s->cancel = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
+                                                  const std::function<bool()>& rpc_cancelled) {
+  if (req.session_id().empty()) return absl::InvalidArgumentError("session_id is empty");
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (req.kind() != v1::JOB_FORWARD && req.kind() != v1::JOB_BACKWARD) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind = ", static_cast<int>(req.kind()), " is not JOB_FORWARD or JOB_BACKWARD"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
+                   sessions_->Find(req.session_id(), "", /*check_client=*/false));
+  const int size = s->plan.num_workers();
+  if (req.peer_transport_addresses_size() != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer_transport_addresses has ", req.peer_transport_addresses_size(),
+                     " entries; the session has ", size, " ranks"));
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (shutting_down_) return absl::UnavailableError("worker is shutting down");
+    if (cancelled_early_.erase(req.job_id())) {
+      return absl::CancelledError(absl::StrCat("job_id = '", req.job_id(), "' was cancelled"));
+    }
+    if (running_.count(req.job_id())) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("job_id = '", req.job_id(), "' is already running on this worker"));
+    }
+  }
+  RETURN_IF_ERROR(Prepare(s.get(), req));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    running_[req.job_id()] = s;
+  }
+  const bool forward = req.kind() == v1::JOB_FORWARD;
+  const std::string kind = forward ? "forward" : "backward";
+  const std::vector<int64_t> sent0 = s->transport->BytesSentPerPeer();
+  const std::vector<int64_t> recv0 = s->transport->BytesReceivedPerPeer();
+
+  // Watches the caller while the job runs: a cancelled RPC cancels the job.
+  std::mutex wm;
+  std::condition_variable wcv;
+  bool finished = false;
+  std::thread watcher([&] {
+    std::unique_lock<std::mutex> l(wm);
+    while (!finished) {
+      wcv.wait_for(l, std::chrono::milliseconds(20));
+      if (!finished && rpc_cancelled && rpc_cancelled()) {
+        s->cancel = true;
+        s->transport->Abort();
+        return;
+      }
+    }
+  });
+
+  absl::StatusOr<PassStats> result;
+  {
+    std::vector<std::string> addrs(req.peer_transport_addresses().begin(),
+                                   req.peer_transport_addresses().end());
+    absl::StatusOr<Transport*> transport = s->transport->ForJob(req.job_id(), addrs, step_timeout_);
+    if (!transport.ok()) {
+      result = transport.status();
+    } else if (s->cancel) {
+      result = absl::CancelledError("job cancelled");
+    } else {
+      ExecutorOptions opts;
+      opts.softmax_scale = s->spec.softmax_scale();
+      opts.step_timeout = step_timeout_;
+      opts.cancel = &s->cancel;
+      PlanExecutor executor(s->backend.get(), *transport, s->storage.get(), opts);
+      result = forward ? executor.RunForward(s->plan) : executor.RunBackward(s->plan);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(wm);
+    finished = true;
+  }
+  wcv.notify_all();
+  watcher.join();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    running_.erase(req.job_id());
+  }
+  {
+    std::lock_guard<std::mutex> l(s->mu);
+    s->job_running = false;
+    s->running_job_id.clear();
+    if (forward) {
+      s->forward_done = result.ok();
+      s->backward_done = false;
+    } else {
+      s->backward_done = result.ok();
+    }
+  }
+  if (!result.ok()) {
+    absl::Status st = result.status();
+    if (s->cancel && st.code() != absl::StatusCode::kCancelled) {
+      st = absl::CancelledError(absl::StrCat("job_id = '", req.job_id(), "' cancelled (",
+                                             st.message(), ")"));
+    }
+    return st;
+  }
+
+  WorkerMetrics* metrics = metrics_.load();
+  v1::WorkerJobStats stats;
+  stats.set_rank(s->rank);
+  stats.set_busy_seconds(result->busy_seconds);
+  stats.set_idle_seconds(result->idle_seconds);
+  stats.set_bytes_sent(result->bytes_sent);
+  stats.set_bytes_received(result->bytes_received);
+  int64_t fwd = 0, bwd = 0, merge = 0, delta = 0, other = 0;
+  for (const StepStats& st : result->steps) {
+    fwd += st.forward_launches;
+    bwd += st.backward_launches;
+    merge += st.merge_launches;
+    delta += st.delta_launches;
+    other += st.other_launches;
+    if (metrics) metrics->ObserveStep(kind, st.busy_seconds, st.idle_seconds);
+  }
+  // Attention kernel calls (units, merges, delta); packing copies are not kernel launches.
+  stats.set_kernel_launches(fwd + bwd + merge + delta);
+  if (metrics) {
+    metrics->AddFlops(kind, result->flops);
+    metrics->AddLaunches("forward", static_cast<double>(fwd));
+    metrics->AddLaunches("backward", static_cast<double>(bwd));
+    metrics->AddLaunches("merge", static_cast<double>(merge));
+    metrics->AddLaunches("delta", static_cast<double>(delta));
+    const std::vector<int64_t> sent1 = s->transport->BytesSentPerPeer();
+    const std::vector<int64_t> recv1 = s->transport->BytesReceivedPerPeer();
+    for (size_t p = 0; p < sent1.size() && p < sent0.size(); ++p) {
+      metrics->AddTransportBytes(std::string(s->transport->Name()), static_cast<int>(p),
+                                  static_cast<double>(sent1[p] - sent0[p]),
+                                  static_cast<double>(recv1[p] - recv0[p]));
+    }
+  }
+  return stats;
+}
+
+absl::Status JobRunner::Cancel(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  std::shared_ptr<WorkerSession> s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = running_.find(job_id);
+    if (it == running_.end()) {
+      if (cancelled_early_.insert(job_id).second) {
+        cancelled_order_.push_back(job_id);
+        if (cancelled_order_.size() > kMaxRememberedCancels) {
+          cancelled_early_.erase(cancelled_order_.front());
+          cancelled_order_.pop_front();
+        }
+      }
+      return absl::OkStatus();
+    }
+    s = it->second;
+  }
+  s->cancel = true;
+  s->transport->Abort();
+  return absl::OkStatus();
+}
+
+void JobRunner::CancelAll() {
+  std::vector<std::shared_ptr<WorkerSession>> all;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    shutting_down_ = true;
+    for (auto& [id, s] : running_) all.push_back(s);
+  }
+  for (auto& s : all) {
+    s->cancel = true;
+    s->transport->Abort();
+  }
+}
+
+int JobRunner::running() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int>(running_.size());
+}
+
+}  // namespace dfa

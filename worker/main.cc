@@ -1,0 +1,85 @@
+// dfa-worker: the worker daemon. Flags in, WorkerDaemon (worker_daemon.h) runs, SIGTERM/SIGINT
+// stop it cleanly. Prints "dfa-worker <id> listening on <addr>" once it serves.
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "worker/worker_daemon.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0: any free)");
+ABSL_FLAG(std::string, advertise, "", "address the coordinator and clients use (default: listen)");
+ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port (empty: standalone)");
+ABSL_FLAG(std::string, backend, "cpu", "attention backend: cpu, cuda or auto");
+ABSL_FLAG(int, threads, 0, "cpu backend threads per session (0: all cores)");
+ABSL_FLAG(int, device, 0, "cuda device ordinal");
+ABSL_FLAG(int64_t, memory_limit_bytes, 0, "session memory limit in bytes (0: 80% of RAM)");
+ABSL_FLAG(std::string, memory_limit, "", "session memory limit with a unit, e.g. 8G, 512M");
+ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics port (0: any free; -1: none)");
+ABSL_FLAG(std::string, worker_id, "", "stable worker name (default worker-<host>-<port>)");
+ABSL_FLAG(double, speed, 1.0, "relative speed reported to the planner");
+ABSL_FLAG(int, step_timeout_s, 120, "seconds a plan step may wait for its data");
+
+namespace {
+
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("dfa-worker --coordinator=HOST:PORT [--listen=HOST:PORT] ...");
+  absl::ParseCommandLine(argc, argv);
+  // Block the stop signals in every thread; one thread waits for them synchronously.
+  sigset_t stop = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  dfa::WorkerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.advertise = absl::GetFlag(FLAGS_advertise);
+  o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  o.backend = absl::GetFlag(FLAGS_backend);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.cuda_device = absl::GetFlag(FLAGS_device);
+  o.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_bytes);
+  if (!absl::GetFlag(FLAGS_memory_limit).empty()) {
+    auto bytes = dfa::ParseBytes(absl::GetFlag(FLAGS_memory_limit));
+    if (!bytes.ok()) {
+      std::cerr << "dfa-worker: " << bytes.status().message() << std::endl;
+      return 2;
+    }
+    o.memory_limit_bytes = *bytes;
+  }
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.worker_id = absl::GetFlag(FLAGS_worker_id);
+  o.speed = absl::GetFlag(FLAGS_speed);
+  o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+
+  auto daemon = dfa::WorkerDaemon::Start(o);
+  if (!daemon.ok()) {
+    std::cerr << "dfa-worker: " << daemon.status() << std::endl;
+    return daemon.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::cout << "dfa-worker " << (*daemon)->worker_id() << " listening on "
+            << (*daemon)->address();
+  if ((*daemon)->metrics_port() > 0) std::cout << " metrics on :" << (*daemon)->metrics_port();
+  std::cout << std::endl;
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::cerr << "dfa-worker " << (*daemon)->worker_id() << ": signal " << sig << ", stopping"
+            << std::endl;
+  (*daemon)->Shutdown();
+  daemon->reset();
+  std::cerr << "dfa-worker: stopped" << std::endl;
+  return 0;
+}

@@ -1,0 +1,68 @@
+// The sessions open on one worker: OpenSession's validation and memory admission, lookups with
+// ownership checks for the data plane, CloseSession.
+//
+// Threads: all methods are thread-safe. Sessions are handed out as shared_ptr; Close removes a
+// session from the registry and its memory is freed (and its bytes released from the budget)
+// when the last RPC using it lets go.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "dfa/v1/worker.pb.h"
+#include "kernels/attention_backend.h"
+#include "worker/memory_budget.h"
+#include "worker/worker_session.h"
+
+namespace dfa {
+
+// Makes the backend a new session computes with (one per session: a backend is used by one
+// thread at a time, and sessions may run jobs concurrently).
+using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()>;
+
+class SessionRegistry {
+ public:
+  // `budget` must outlive the registry. `backend_name` selects the transports offered.
+  SessionRegistry(std::string backend_name, int cuda_device, MemoryBudget* budget,
+                  BackendFactory make_backend)
+      : backend_name_(std::move(backend_name)),
+        cuda_device_(cuda_device),
+        budget_(budget),
+        make_backend_(std::move(make_backend)) {}
+  ~SessionRegistry();
+
+  // Validates the request (INVALID_ARGUMENT naming the field), reserves the session's memory
+  // (RESOURCE_EXHAUSTED naming the bytes), allocates storage and the transport.
+  // ALREADY_EXISTS when the id is open here.
+  absl::StatusOr<v1::OpenSessionResponse> Open(const v1::OpenSessionRequest& request);
+
+  // The session `id` for `client_id`: NOT_FOUND for an unknown id, PERMISSION_DENIED when it
+  // belongs to another client. An empty client_id skips the ownership check only for calls
+  // from the coordinator (check_client = false).
+  absl::StatusOr<std::shared_ptr<WorkerSession>> Find(const std::string& id,
+                                                      const std::string& client_id,
+                                                      bool check_client) const;
+
+  // Removes the session (NOT_FOUND when unknown). Aborts its running job, if any.
+  absl::Status Close(const std::string& id);
+  // Closes every session (shutdown).
+  void CloseAll();
+
+  int count() const;
+
+ private:
+  const std::string backend_name_;
+  const int cuda_device_;
+  MemoryBudget* budget_;
+  BackendFactory make_backend_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;
+};
+
+// INVALID_ARGUMENT naming the field (spec.batch, spec.head_dim, ...) or OK.
+absl::Status ValidateSpec(const v1::AttentionSpec& spec);
+
+}  // namespace dfa

@@ -1,0 +1,250 @@
+#include "worker/tensor_io.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/synthetic_inputs.h"
+
+namespace dfa {
+namespace {
+
+using CopyKind = AttentionBackend::CopyKind;
+
+std::string KindName(v1::TensorKind k) { return v1::TensorKind_Name(k); }
+
+std::string OwnedStr(const WorkerSession& s) {
+  std::string out;
+  for (const RowRange& r : s.storage->owned()) {
+    absl::StrAppend(&out, out.empty() ? "" : " ", "[", r.begin, ", ", r.end, ")");
+  }
+  return out;
+}
+
+DType ClientDType(const WorkerSession& s) { return static_cast<DType>(s.spec.dtype()); }
+
+// The storage tensor behind a BSHD kind (nullptr data for LSE and unknown kinds).
+TensorView ViewOf(const WorkerSession& s, v1::TensorKind kind) {
+  const SessionStorage& st = *s.storage;
+  switch (kind) {
+    case v1::TENSOR_Q: return st.q();
+    case v1::TENSOR_K: return st.k();
+    case v1::TENSOR_V: return st.v();
+    case v1::TENSOR_O: return st.o();
+    case v1::TENSOR_DO: return st.dout();
+    case v1::TENSOR_DQ: return st.dq();
+    case v1::TENSOR_DK: return st.dk();
+    case v1::TENSOR_DV: return st.dv();
+    default: return TensorView{};
+  }
+}
+
+RowCoverage* CoverageOf(WorkerSession* s, v1::TensorKind kind) {
+  switch (kind) {
+    case v1::TENSOR_Q: return &s->q_rows;
+    case v1::TENSOR_K: return &s->k_rows;
+    case v1::TENSOR_V: return &s->v_rows;
+    case v1::TENSOR_DO: return &s->dout_rows;
+    default: return nullptr;
+  }
+}
+
+bool IsUploadKind(v1::TensorKind k) {
+  return k == v1::TENSOR_Q || k == v1::TENSOR_K || k == v1::TENSOR_V || k == v1::TENSOR_DO;
+}
+
+bool IsKnownKind(v1::TensorKind k) { return k >= v1::TENSOR_Q && k <= v1::TENSOR_DV; }
+
+uint8_t* RowPtr(const TensorView& v, int b, int64_t local_row) {
+  return static_cast<uint8_t*>(v.data) +
+         (b * v.BatchStride() + local_row * v.RowStride()) * DTypeSize(v.dtype);
+}
+
+// Inputs changed: results computed from the old ones are no longer valid.
+void Invalidate(WorkerSession* s, v1::TensorKind kind) {
+  if (kind != v1::TENSOR_DO) s->forward_done = false;
+  s->backward_done = false;
+}
+
+// Copies n rows of batch b between the storage and a transit buffer (toward the storage when
+// `upload`), converting fp32 storage to the client's dtype where they differ.
+absl::Status MoveRows(WorkerSession* s, v1::TensorKind kind, int b, int64_t local_row, int64_t n,
+                      uint8_t* transit, bool upload) {
+  AttentionBackend* be = s->backend.get();
+  if (kind == v1::TENSOR_LSE) {
+    const RowStatView lse = s->storage->lse();
+    for (int h = 0; h < lse.heads; ++h) {
+      float* p = lse.data + b * lse.BatchStride() + h * lse.HeadStride() + local_row;
+      uint8_t* t = transit + int64_t{h} * n * 4;
+      RETURN_IF_ERROR(upload ? be->Copy(p, t, n * 4, CopyKind::kHostToDevice, nullptr)
+                             : be->Copy(t, p, n * 4, CopyKind::kDeviceToHost, nullptr));
+    }
+    return absl::OkStatus();
+  }
+  const TensorView v = ViewOf(*s, kind);
+  const DType client = ClientDType(*s);
+  const int64_t elems = n * v.heads * v.head_dim;
+  uint8_t* p = RowPtr(v, b, local_row);
+  if (v.dtype == client) {
+    const size_t bytes = static_cast<size_t>(elems * DTypeSize(client));
+    return upload ? be->Copy(p, transit, bytes, CopyKind::kHostToDevice, nullptr)
+                  : be->Copy(transit, p, bytes, CopyKind::kDeviceToHost, nullptr);
+  }
+  // fp32 gradients -> client dtype (download only; uploads are never fp32-held kinds).
+  std::vector<float> tmp(static_cast<size_t>(elems));
+  RETURN_IF_ERROR(be->Copy(tmp.data(), p, tmp.size() * 4, CopyKind::kDeviceToHost, nullptr));
+  for (int64_t i = 0; i < elems; ++i) StoreFromFloat(transit, client, i, tmp[i]);
+  return absl::OkStatus();
+}
+
+// Local row of `r` when it lies inside one owned range; OUT_OF_RANGE naming `field` otherwise.
+absl::StatusOr<int64_t> LocalRowOf(const WorkerSession& s, const RowRange& r, const char* field) {
+  if (r.begin < 0 || r.end <= r.begin) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " = [", r.begin, ", ", r.end,
+                                                   ") is empty or negative"));
+  }
+  for (const RowRange& o : s.storage->owned()) {
+    if (o.Contains(r)) return s.storage->LocalRow(r);
+  }
+  return absl::OutOfRangeError(absl::StrCat(field, " = [", r.begin, ", ", r.end,
+                                            ") is not inside this worker's shard ", OwnedStr(s)));
+}
+
+}  // namespace
+
+int64_t TransitRowBytes(const WorkerSession& s, v1::TensorKind kind) {
+  if (kind == v1::TENSOR_LSE) return int64_t{s.spec.q_heads()} * 4;
+  const bool kv = kind == v1::TENSOR_K || kind == v1::TENSOR_V || kind == v1::TENSOR_DK ||
+                  kind == v1::TENSOR_DV;
+  return int64_t{kv ? s.spec.kv_heads() : s.spec.q_heads()} * s.spec.head_dim() *
+         DTypeSize(ClientDType(s));
+}
+
+absl::Status WriteChunk(WorkerSession* s, const v1::TensorChunk& chunk) {
+  if (!IsUploadKind(chunk.kind())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk.kind = ", KindName(chunk.kind()), ": only TENSOR_Q, TENSOR_K, TENSOR_V and "
+        "TENSOR_DO can be uploaded"));
+  }
+  if (chunk.batch_index() < 0 || chunk.batch_index() >= s->spec.batch()) {
+    return absl::OutOfRangeError(absl::StrCat("chunk.batch_index = ", chunk.batch_index(),
+                                              " is outside [0, ", s->spec.batch(), ")"));
+  }
+  const RowRange r{chunk.rows().begin(), chunk.rows().end()};
+  ASSIGN_OR_RETURN(const int64_t local, LocalRowOf(*s, r, "chunk.rows"));
+  const int64_t want = r.size() * TransitRowBytes(*s, chunk.kind());
+  if (static_cast<int64_t>(chunk.data().size()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk.data has ", chunk.data().size(),
+                                                   " bytes; rows [", r.begin, ", ", r.end, ") of ",
+                                                   KindName(chunk.kind()), " need ", want));
+  }
+  RETURN_IF_ERROR(MoveRows(s, chunk.kind(), chunk.batch_index(), local, r.size(),
+                           reinterpret_cast<uint8_t*>(const_cast<char*>(chunk.data().data())),
+                           /*upload=*/true));
+  CoverageOf(s, chunk.kind())->Mark(chunk.batch_index() * s->storage->rows() + local, r.size());
+  Invalidate(s, chunk.kind());
+  return absl::OkStatus();
+}
+
+absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind) {
+  if (!IsKnownKind(kind)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind = ", static_cast<int>(kind), " is not a tensor kind"));
+  }
+  if ((kind == v1::TENSOR_O || kind == v1::TENSOR_LSE) && !s.forward_done) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kind = ", KindName(kind), ": no forward job has run on the current inputs"));
+  }
+  if ((kind == v1::TENSOR_DQ || kind == v1::TENSOR_DK || kind == v1::TENSOR_DV) &&
+      !s.backward_done) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kind = ", KindName(kind), ": no backward job has run on the current inputs"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadRows(WorkerSession* s, v1::TensorKind kind, int b, const RowRange& range,
+                      std::string* out) {
+  ASSIGN_OR_RETURN(const int64_t local, LocalRowOf(*s, range, "rows"));
+  const size_t old = out->size();
+  out->resize(old + static_cast<size_t>(range.size() * TransitRowBytes(*s, kind)));
+  return MoveRows(s, kind, b, local, range.size(), reinterpret_cast<uint8_t*>(out->data() + old),
+                  /*upload=*/false);
+}
+
+absl::StatusOr<std::vector<RowRange>> ResolveRows(const WorkerSession& s,
+                                                  const v1::RowRange& rows, const char* field) {
+  const std::vector<RowRange>& owned = s.storage->owned();
+  if (rows.begin() == 0 && rows.end() == 0) return owned;
+  if (rows.begin() < 0 || rows.end() <= rows.begin()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " = [", rows.begin(), ", ", rows.end(),
+                                                   ") is empty or negative"));
+  }
+  std::vector<RowRange> pieces;
+  int64_t covered = 0;
+  for (const RowRange& o : owned) {
+    const int64_t b = std::max(o.begin, rows.begin()), e = std::min(o.end, rows.end());
+    if (b < e) {
+      pieces.push_back({b, e});
+      covered += e - b;
+    }
+  }
+  if (covered != rows.end() - rows.begin()) {
+    return absl::OutOfRangeError(absl::StrCat(field, " = [", rows.begin(), ", ", rows.end(),
+                                              ") is not inside this worker's shard ", OwnedStr(s)));
+  }
+  return pieces;
+}
+
+int64_t BlockBytes(const WorkerSession& s, v1::TensorKind kind, const RowRange& rows) {
+  return int64_t{s.spec.batch()} * rows.size() * TransitRowBytes(s, kind);
+}
+
+absl::Status WriteBlock(WorkerSession* s, v1::TensorKind kind, const RowRange& rows,
+                        const uint8_t* src) {
+  if (!IsUploadKind(kind)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kind = ", KindName(kind), ": only TENSOR_Q, TENSOR_K, TENSOR_V and TENSOR_DO can be "
+        "uploaded"));
+  }
+  ASSIGN_OR_RETURN(const int64_t local, LocalRowOf(*s, rows, "rows"));
+  const int64_t per_batch = rows.size() * TransitRowBytes(*s, kind);
+  for (int b = 0; b < s->spec.batch(); ++b) {
+    RETURN_IF_ERROR(MoveRows(s, kind, b, local, rows.size(),
+                             const_cast<uint8_t*>(src) + b * per_batch, /*upload=*/true));
+    CoverageOf(s, kind)->Mark(b * s->storage->rows() + local, rows.size());
+  }
+  Invalidate(s, kind);
+  return absl::OkStatus();
+}
+
+absl::Status ReadBlock(WorkerSession* s, v1::TensorKind kind, const RowRange& rows,
+                       uint8_t* dst) {
+  ASSIGN_OR_RETURN(const int64_t local, LocalRowOf(*s, rows, "rows"));
+  const int64_t per_batch = rows.size() * TransitRowBytes(*s, kind);
+  for (int b = 0; b < s->spec.batch(); ++b) {
+    RETURN_IF_ERROR(MoveRows(s, kind, b, local, rows.size(), dst + b * per_batch,
+                             /*upload=*/false));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GenerateSynthetic(WorkerSession* s, uint64_t seed, bool with_grad_output) {
+  std::vector<v1::TensorKind> kinds = {v1::TENSOR_Q, v1::TENSOR_K, v1::TENSOR_V};
+  if (with_grad_output) kinds.push_back(v1::TENSOR_DO);
+  const DType dt = ClientDType(*s);
+  std::vector<uint8_t> block;
+  for (v1::TensorKind kind : kinds) {
+    const TensorView v = ViewOf(*s, kind);
+    for (const RowRange& r : s->storage->owned()) {
+      block.resize(static_cast<size_t>(BlockBytes(*s, kind, r)));
+      FillSynthetic(seed, kind, s->spec.batch(), r.begin, r.size(), v.heads, v.head_dim, dt,
+                    block.data());
+      RETURN_IF_ERROR(WriteBlock(s, kind, r, block.data()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dfa

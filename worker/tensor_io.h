@@ -1,0 +1,52 @@
+// Moving client tensors in and out of a session's storage (the client data plane): the chunk
+// layouts of dfa.v1.TensorChunk and SharedMemoryTransferRequest, checked against the shard.
+//
+// Transit layouts (attention.proto): one chunk is rows [r0, r1) of ONE batch:
+// [rows, heads, head_dim] in the spec's dtype, or fp32 [heads, rows] for LSE. A shared-memory
+// block is rows [r0, r1) of ALL batches: [batch, rows, heads, head_dim] (LSE [batch, heads,
+// rows]). Gradients are held in fp32 and converted to the spec's dtype on the way out.
+// Every function expects the caller to hold session->mu. Errors name the request field:
+// INVALID_ARGUMENT (bad kind, size), OUT_OF_RANGE (rows or batch outside the shard),
+// FAILED_PRECONDITION (an output that was never computed).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dfa/v1/attention.pb.h"
+#include "worker/worker_session.h"
+
+namespace dfa {
+
+// Bytes of one transit row (all heads) of `kind` under the session's spec.
+int64_t TransitRowBytes(const WorkerSession& s, v1::TensorKind kind);
+
+// Checks and stores one uploaded chunk (Q, K, V or dO only). `field` prefixes error messages
+// (e.g. "chunk"). Marks the rows covered and invalidates results computed from older inputs.
+// Does NOT check the CRC (the caller does, before).
+absl::Status WriteChunk(WorkerSession* s, const v1::TensorChunk& chunk);
+
+// Rows [range.begin, range.end) of batch b of `kind` in transit layout, appended to *out.
+// The range must lie inside one owned range.
+absl::Status ReadRows(WorkerSession* s, v1::TensorKind kind, int b, const RowRange& range,
+                      std::string* out);
+
+// Checks that `kind` may be downloaded now (FAILED_PRECONDITION before its job ran).
+absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind);
+
+// Validates `rows` (field name `field`) against the shard and splits it into pieces, each
+// inside one owned range. Empty rows (begin == end == 0) select everything owned.
+absl::StatusOr<std::vector<RowRange>> ResolveRows(const WorkerSession& s, const v1::RowRange& rows,
+                                                  const char* field);
+
+// Shared-memory block of all batches of `rows` (inside one owned range): bytes of the block.
+int64_t BlockBytes(const WorkerSession& s, v1::TensorKind kind, const RowRange& rows);
+// Copies a block from `src` into the session (upload) or from the session into `dst`.
+absl::Status WriteBlock(WorkerSession* s, v1::TensorKind kind, const RowRange& rows,
+                        const uint8_t* src);
+absl::Status ReadBlock(WorkerSession* s, v1::TensorKind kind, const RowRange& rows, uint8_t* dst);
+
+// Fills Q, K, V (and dO) of the shard with SyntheticValue(seed, ...) of their global rows.
+absl::Status GenerateSynthetic(WorkerSession* s, uint64_t seed, bool with_grad_output);
+
+}  // namespace dfa

@@ -1,0 +1,245 @@
+#include "worker/worker_daemon.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "kernels/attention_backend.h"
+#include "prometheus/exposer.h"
+#include "worker/job_runner.h"
+#include "worker/registrar.h"
+#include "worker/session_registry.h"
+#include "worker/session_transport.h"
+#include "worker/worker_metrics.h"
+#include "worker/worker_service.h"
+
+namespace dfa {
+namespace {
+
+constexpr int kMaxMessageBytes = 64 << 20;  // chunks up to 32 MiB plus framing
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+// Splits "host:port" / "[v6]:port".
+absl::Status SplitHostPort(const std::string& a, std::string* host, int* port) {
+  const size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("listen = '", a, "' is not host:port"));
+  }
+  *host = a.substr(0, colon);
+  if (!absl::SimpleAtoi(a.substr(colon + 1), port) || *port < 0 || *port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("listen = '", a, "': bad port"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t PhysicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t{pages} * page : int64_t{8} << 30;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  int64_t n = 0;
+  if (i == 0 || !absl::SimpleAtoi(text.substr(0, i), &n)) {
+    return absl::InvalidArgumentError(absl::StrCat("memory_limit = '", text, "' is not a size"));
+  }
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (!unit.empty() && unit.back() == 'I') unit.pop_back();
+  int shift = 0;
+  if (unit == "K") shift = 10;
+  else if (unit == "M") shift = 20;
+  else if (unit == "G") shift = 30;
+  else if (unit == "T") shift = 40;
+  else if (!unit.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("memory_limit = '", text, "': unknown unit"));
+  }
+  if (n > (int64_t{1} << (62 - shift))) {
+    return absl::InvalidArgumentError(absl::StrCat("memory_limit = '", text, "' is too large"));
+  }
+  return n << shift;
+}
+
+class WorkerDaemon::Impl {
+ public:
+  WorkerOptions options;
+  std::string backend_name;  // resolved: cpu or cuda
+  std::string address, advertised;
+  int metrics_port = 0;
+  std::unique_ptr<MemoryBudget> budget;
+  std::unique_ptr<WorkerMetrics> metrics;
+  std::unique_ptr<SessionRegistry> sessions;
+  std::unique_ptr<JobRunner> jobs;
+  std::unique_ptr<WorkerServiceImpl> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<Registrar> registrar;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool shutting_down = false;
+  bool shut_down = false;
+
+  void Shutdown() {
+    {
+      std::unique_lock<std::mutex> l(mu);
+      if (shutting_down) {
+        cv.wait(l, [this] { return shut_down; });
+        return;
+      }
+      shutting_down = true;
+    }
+    if (registrar) registrar->Stop();
+    if (jobs) jobs->CancelAll();
+    if (server) {
+      server->Shutdown(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(options.shutdown_grace));
+      server->Wait();
+    }
+    if (sessions) sessions->CloseAll();
+    exposer.reset();
+    std::lock_guard<std::mutex> l(mu);
+    shut_down = true;
+    cv.notify_all();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOptions& o) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = o;
+  std::string host;
+  int port = 0;
+  RETURN_IF_ERROR(SplitHostPort(o.listen, &host, &port));
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("threads = ", o.threads, " must be >= 0"));
+  }
+  if (o.memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_limit_bytes = ", o.memory_limit_bytes, " must be >= 0"));
+  }
+  if (!(o.speed > 0) || o.speed > 1e6) {
+    return absl::InvalidArgumentError(absl::StrCat("speed = ", o.speed, " must be > 0"));
+  }
+  if (o.metrics_port < -1 || o.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_port = ", o.metrics_port, " must be in [0, 65535]"));
+  }
+  // Resolve the backend once (also checks it can run here).
+  BackendOptions bo;
+  bo.num_threads = o.threads;
+  bo.device = o.cuda_device;
+  {
+    auto probe = CreateBackend(o.backend, bo);
+    if (!probe.ok()) {
+      return absl::Status(probe.status().code(),
+                          absl::StrCat("backend = '", o.backend, "': ", probe.status().message()));
+    }
+    impl->backend_name = std::string((*probe)->Name());
+  }
+  const int64_t limit = o.memory_limit_bytes > 0 ? o.memory_limit_bytes
+                                                 : PhysicalMemory() / 10 * 8;
+  impl->budget = std::make_unique<MemoryBudget>(limit);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+
+  // Metrics carry the worker id, which may depend on the bound port: they are attached to the
+  // service right after binding, before anyone (coordinator, client) learns the address.
+  std::string worker_id = o.worker_id;
+  impl->sessions = std::make_unique<SessionRegistry>(
+      impl->backend_name, o.cuda_device, impl->budget.get(),
+      [name = impl->backend_name, bo]() { return CreateBackend(name, bo); });
+  impl->jobs = std::make_unique<JobRunner>(impl->sessions.get(), nullptr, o.step_timeout);
+  impl->service = std::make_unique<WorkerServiceImpl>(impl->sessions.get(), impl->jobs.get(),
+                                                      impl->budget.get(), nullptr);
+  builder.RegisterService(impl->service.get());
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("listen = '", o.listen, "': cannot bind"));
+  }
+  impl->address = absl::StrCat(host, ":", bound_port);
+  if (!o.advertise.empty()) {
+    impl->advertised = o.advertise;
+  } else if (host == "0.0.0.0" || host == "[::]" || host == "::") {
+    impl->advertised = absl::StrCat(HostName(), ":", bound_port);
+  } else {
+    impl->advertised = impl->address;
+  }
+  if (worker_id.empty()) worker_id = absl::StrCat("worker-", HostName(), "-", bound_port);
+  impl->options.worker_id = worker_id;
+  impl->metrics = std::make_unique<WorkerMetrics>(worker_id);
+  impl->metrics->SetMemory(0, static_cast<double>(limit));
+  impl->jobs->set_metrics(impl->metrics.get());
+  impl->service->set_metrics(impl->metrics.get());
+  if (o.metrics_port >= 0) {
+    const std::string bind = absl::StrCat(host == "127.0.0.1" || host == "localhost"
+                                              ? std::string("127.0.0.1")
+                                              : std::string("0.0.0.0"),
+                                          ":", o.metrics_port);
+    try {
+      impl->exposer = std::make_unique<prometheus::Exposer>(bind);
+    } catch (const std::exception& e) {  // civetweb reports a busy port by throwing
+      impl->server->Shutdown();
+      return absl::UnavailableError(
+          absl::StrCat("metrics_port = ", o.metrics_port, ": cannot listen: ", e.what()));
+    }
+    impl->exposer->RegisterCollectable(impl->metrics->registry());
+    const std::vector<int> ports = impl->exposer->GetListeningPorts();
+    impl->metrics_port = ports.empty() ? o.metrics_port : ports.front();
+  }
+  if (!o.coordinator.empty()) {
+    v1::RegisterWorkerRequest reg;
+    reg.set_worker_id(worker_id);
+    reg.set_address(impl->advertised);
+    reg.set_host(HostName());
+    reg.set_backend(impl->backend_name);
+    reg.set_device(impl->backend_name == "cuda" ? absl::StrCat("cuda:", o.cuda_device)
+                                                : std::string("cpu"));
+    reg.set_memory_limit_bytes(limit);
+    reg.set_speed(o.speed);
+    for (const std::string& t : SupportedTransports(impl->backend_name)) reg.add_transports(t);
+    MemoryBudget* budget = impl->budget.get();
+    impl->registrar = std::make_unique<Registrar>(o.coordinator, std::move(reg),
+                                                  [budget] { return budget->used(); });
+    impl->registrar->Start();
+  }
+  return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(impl)));
+}
+
+WorkerDaemon::WorkerDaemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+WorkerDaemon::~WorkerDaemon() { Shutdown(); }
+void WorkerDaemon::Shutdown() { impl_->Shutdown(); }
+void WorkerDaemon::Wait() {
+  std::unique_lock<std::mutex> l(impl_->mu);
+  impl_->cv.wait(l, [this] { return impl_->shut_down; });
+}
+const std::string& WorkerDaemon::worker_id() const { return impl_->options.worker_id; }
+const std::string& WorkerDaemon::address() const { return impl_->address; }
+const std::string& WorkerDaemon::advertised_address() const { return impl_->advertised; }
+int WorkerDaemon::metrics_port() const { return impl_->metrics_port; }
+int64_t WorkerDaemon::memory_limit_bytes() const { return impl_->budget->limit(); }
+
+}  // namespace dfa

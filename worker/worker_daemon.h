@@ -1,0 +1,62 @@
+// The dfa-worker daemon as a library (worker/main.cc only parses flags and waits for a signal):
+// the Worker gRPC service with the standard health service, registration with the coordinator,
+// and the Prometheus endpoint.
+//
+// Threads: Start returns once the server listens; Shutdown (idempotent, any thread) stops
+// registration, cancels running jobs, stops the server within a grace period, frees every
+// session, and stops the metrics endpoint.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "kernels/status.h"
+
+namespace dfa {
+
+struct WorkerOptions {
+  std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
+  std::string advertise;               // address others use; default: derived from listen
+  std::string coordinator;             // empty: run without registering (tests)
+  std::string backend = "cpu";         // cpu | cuda | auto
+  int threads = 0;                     // cpu backend threads per session (0: all cores)
+  int cuda_device = 0;
+  int64_t memory_limit_bytes = 0;      // 0: 80% of physical memory
+  int metrics_port = -1;               // -1: no metrics endpoint; 0: pick a free port
+  std::string worker_id;               // default: worker-<host>-<port>
+  double speed = 1.0;
+  absl::Duration step_timeout = absl::Seconds(120);
+  absl::Duration shutdown_grace = absl::Seconds(5);
+};
+
+class WorkerDaemon {
+ public:
+  // INVALID_ARGUMENT naming the option; UNAVAILABLE when the backend cannot run here or the
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Start(const WorkerOptions& options);
+  ~WorkerDaemon();
+
+  void Shutdown();
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+  const std::string& worker_id() const;
+  // The bound gRPC address (host:port, with the real port) and the advertised one.
+  const std::string& address() const;
+  const std::string& advertised_address() const;
+  int metrics_port() const;  // 0 when there is no metrics endpoint
+  int64_t memory_limit_bytes() const;
+
+  class Impl;
+
+ private:
+  explicit WorkerDaemon(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses "123", "64K", "512M", "8G", "1T" (powers of 1024; "KiB"/"MB" spellings accepted).
+absl::StatusOr<int64_t> ParseBytes(const std::string& text);
+
+}  // namespace dfa

@@ -1,0 +1,76 @@
+// One session as a worker holds it: the spec, this worker's rank and plan, the tensors
+// (SessionStorage from worker/executor), the session's backend and transport, and what has
+// been uploaded and computed so far.
+//
+// Ownership: the session owns its backend, storage and transport (destroyed in the reverse
+// order: transport, storage, backend). Sessions are shared_ptrs in the SessionRegistry, so an
+// RPC that found one keeps it alive even if CloseSession races it.
+// Threads: `mu` guards everything below it. Data-plane RPCs and RunJob take it; a job holds
+// `job_running` (not the mutex) while it computes, so CancelJob and status queries never wait
+// for a job, and data RPCs on a session with a running job get FAILED_PRECONDITION.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "coordinator/planner/plan.h"
+#include "dfa/v1/worker.pb.h"
+#include "kernels/attention_backend.h"
+#include "worker/executor/session_storage.h"
+#include "worker/session_transport.h"
+
+namespace dfa {
+
+// Which (batch, local row) pairs of an input tensor have been written, so a job can refuse to
+// run on inputs that were never (fully) uploaded.
+class RowCoverage {
+ public:
+  void Reset(int64_t pairs) {
+    covered_.assign(static_cast<size_t>(pairs), 0);
+    count_ = 0;
+  }
+  void Mark(int64_t first, int64_t n) {
+    for (int64_t i = first; i < first + n; ++i) {
+      if (!covered_[static_cast<size_t>(i)]) {
+        covered_[static_cast<size_t>(i)] = 1;
+        ++count_;
+      }
+    }
+  }
+  void MarkAll() { Mark(0, static_cast<int64_t>(covered_.size())); }
+  void Clear() { Reset(static_cast<int64_t>(covered_.size())); }
+  bool complete() const { return count_ == static_cast<int64_t>(covered_.size()); }
+  int64_t count() const { return count_; }
+  int64_t total() const { return static_cast<int64_t>(covered_.size()); }
+
+ private:
+  std::vector<uint8_t> covered_;
+  int64_t count_ = 0;
+};
+
+struct WorkerSession {
+  // Immutable after OpenSession.
+  std::string id;
+  std::string client_id;
+  v1::AttentionSpec spec;
+  int rank = 0;
+  Plan plan;
+  int64_t bytes_reserved = 0;
+  std::unique_ptr<AttentionBackend> backend;
+  std::unique_ptr<SessionStorage> storage;
+  std::unique_ptr<SessionTransport> transport;
+
+  std::mutex mu;
+  bool job_running = false;        // guarded by mu
+  std::string running_job_id;      // guarded by mu
+  bool forward_done = false;       // O and LSE hold the forward of the current Q, K, V
+  bool backward_done = false;      // dQ, dK, dV hold the backward of the current dO
+  RowCoverage q_rows, k_rows, v_rows, dout_rows;  // guarded by mu
+  std::atomic<bool> cancel{false};  // set by CancelJob for the running job
+};
+
+}  // namespace dfa
