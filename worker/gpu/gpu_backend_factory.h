@@ -1,0 +1,27 @@
+// Session backends for a cuda worker daemon: each session gets a PooledBackend around its own
+// cuda backend, all sharing ONE DeviceMemoryPool taken from the device when the factory is made.
+// So a job's steps never call cudaMalloc/cudaFree, and the worker's memory is one bound.
+//
+// Usage (worker_daemon.cc): replace `[..]() { return CreateBackend("cuda", bo); }` by the
+// function this returns. Thread-safe: the function may be called from any RPC thread.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "kernels/attention_backend.h"
+
+namespace dfa {
+
+class DeviceMemoryPool;
+
+using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()>;
+
+// `pool_bytes` 0: all free device memory but `headroom_bytes` (NCCL buffers, the context).
+// UNAVAILABLE without a usable GPU; RESOURCE_EXHAUSTED when the pool does not fit.
+absl::StatusOr<BackendFactory> MakePooledCudaBackendFactory(
+    const BackendOptions& options, size_t pool_bytes, size_t headroom_bytes = size_t{8} << 30,
+    std::shared_ptr<DeviceMemoryPool>* pool_out = nullptr);
+
+}  // namespace dfa
