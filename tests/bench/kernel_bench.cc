@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "kernels/attention_backend.h"
+#include "kernels/cpu/kernel_params.h"
 
 ABSL_FLAG(int, threads, 0, "worker threads for the backend and for sgemm (0: all cores)");
 ABSL_FLAG(int64_t, seq, 4096, "sequence length S (one unit: S queries x S keys)");
@@ -131,8 +132,8 @@ int main(int argc, char** argv) {
   // sgemm is timed before and after the attention runs; the better figure is the yardstick
   // (the conservative choice on a machine whose load changes during the run).
   Rate sgemm = SgemmRate(threads, reps);
-  std::printf("machine: %u hardware threads; using %d threads\n",
-              std::thread::hardware_concurrency(), threads);
+  std::printf("machine: %u hardware threads; using %d threads; cpu kernels: %s\n",
+              std::thread::hardware_concurrency(), threads, dfa::cpu::SelectKernels().isa);
   std::printf("OpenBLAS sgemm 2048^3 fp32 (before): %.1f GFLOP/s wall, %.1f cpu (%s)\n",
               sgemm.wall, sgemm.cpu, openblas_get_config());
   struct Result {
