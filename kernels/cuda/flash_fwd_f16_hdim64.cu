@@ -1,9 +1,14 @@
 // Forward instantiation: f16, head dim 64 (one per file so nvcc builds them in parallel).
-// Tile choice measured on H200 (docs/kernels-cuda.md): 4 warps x 32 query rows each.
+// On sm_90 (Hopper) the wgmma kernel runs (flash_fwd_sm90.cuh, 2 warpgroups x 64 rows, 128-row
+// key blocks); elsewhere the mma.sync one (4 warps x 32 query rows, 64-row key blocks).
+// Tile choices measured on H200: docs/kernels-cuda.md.
 #include "kernels/cuda/flash_fwd_kernel.cuh"
+#include "kernels/cuda/flash_fwd_sm90.cuh"
+#include "kernels/cuda/sm90_dispatch.h"
 
 namespace dfa::cuda {
 cudaError_t LaunchFwdF16Hdim64(const FwdParams& p, cudaStream_t stream) {
+  if (UseSm90Kernels()) return LaunchFwdSm90<__half, 64, 128>(p, stream);  // kD, kBlockN
   return LaunchFwd<__half, 64, 128, 64, 4>(p, stream);  // kD, kBlockM, kBlockN, kNWarps
 }
 }  // namespace dfa::cuda

@@ -4,11 +4,13 @@
 // FLOPs as ANCHORS.md counts them (forward 4·B·H·S²·D, halved for causal; backward 2.5×).
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
-// Prints a markdown table; exits non-zero with a message when no GPU is usable.
+// Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
+// -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -58,6 +60,9 @@ int Main(int argc, char** argv) {
     return 2;
   }
   AttentionBackend& be = **be_or;
+  // The CUDA backend runs its wgmma kernels on sm_90 unless DFA_CUDA_NO_WGMMA is set.
+  const char* no_wgmma = std::getenv("DFA_CUDA_NO_WGMMA");
+  const char* kernel_tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync" : "";
   const int kHeads = 32;
   std::vector<int64_t> lengths = quick ? std::vector<int64_t>{4096, 16384} : std::vector<int64_t>{4096, 16384, 65536};
   const int64_t max_s = lengths.back();
@@ -148,7 +153,8 @@ int Main(int argc, char** argv) {
           std::fprintf(stderr, "cuda error: %s\n", cudaGetErrorString(err));
           return 1;
         }
-        std::printf("| dfa-%s | %d | %lldK | %s | %.3f | %.1f | %.3f | %.1f |\n", std::string(DTypeName(dtype)).c_str(), d,
+        std::printf("| dfa-%s%s | %d | %lldK | %s | %.3f | %.1f | %.3f | %.1f |\n", std::string(DTypeName(dtype)).c_str(),
+                    kernel_tag, d,
                     static_cast<long long>(s / 1024), mask == MaskKind::kCausal ? "yes" : "no", fwd_ms,
                     flops / (fwd_ms * 1e-3) / 1e12, bwd_ms, 2.5 * flops / (bwd_ms * 1e-3) / 1e12);
         std::fflush(stdout);

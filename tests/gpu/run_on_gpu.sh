@@ -2,7 +2,9 @@
 # Runs the GPU kernel checks and benchmarks on the GPU machine (see docs/kernels-cuda.md).
 # Expects the binaries and their bundled libraries in $G (default .gpu-kernels, built here
 # with tests/gpu/pack_for_gpu.sh) and writes logs to $OUT (default ./gpu-out).
-#   tests/gpu/run_on_gpu.sh [test] [check] [bench-dfa] [bench-dfa-quick] [bench-sdpa]
+#   tests/gpu/run_on_gpu.sh [test] [test-mma] [check] [bench-dfa] [bench-dfa-quick]
+#                           [bench-mma] [bench-mma-quick] [bench-sdpa] [bench-sdpa-quick]
+# *-mma steps set DFA_CUDA_NO_WGMMA=1 (the sm_80 mma.sync kernels, for comparison on Hopper).
 set -uo pipefail
 G=${G:-.gpu-kernels}
 OUT=${OUT:-gpu-out}
@@ -18,6 +20,10 @@ for step in "$@"; do
       timeout 180 python3 tests/gpu/sdpa_check.py /tmp/dfa-cases 2>&1 | tee "$OUT/sdpa_check.log" ;;
     bench-dfa) timeout 300 "$G/dfa_kernel_bench" 2>&1 | tee "$OUT/bench_dfa.md" ;;
     bench-dfa-quick) timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_dfa.md" ;;
+    test-mma) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_mma.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
+    bench-mma) DFA_CUDA_NO_WGMMA=1 timeout 300 "$G/dfa_kernel_bench" 2>&1 | tee "$OUT/bench_mma.md" ;;
+    bench-mma-quick) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_mma.md" ;;
+    bench-sdpa-quick) timeout 200 python3 tests/gpu/bench_sdpa.py --quick 2>&1 | tee "$OUT/bench_sdpa.md" ;;
     bench-sdpa) timeout 300 python3 tests/gpu/bench_sdpa.py 2>&1 | tee "$OUT/bench_sdpa.md" ;;
     *) echo "unknown step $step" ;;
   esac

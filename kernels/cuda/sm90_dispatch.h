@@ -1,0 +1,31 @@
+// Host-side choice between the Hopper (wgmma, sm_90a) kernels and the mma.sync ones.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+
+namespace dfa::cuda {
+
+// True when the current device is exactly compute capability 9.0 (the only one the sm_90a code
+// runs on) and the environment variable DFA_CUDA_NO_WGMMA is unset or "0". Cached per device
+// (up to 64); thread-safe (idempotent writes of the same value).
+inline bool UseSm90Kernels() {
+  static const bool disabled = [] {
+    const char* e = std::getenv("DFA_CUDA_NO_WGMMA");
+    return e != nullptr && e[0] != '\0' && e[0] != '0';
+  }();
+  if (disabled) return false;
+  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cached[dev] = (major == 9 && minor == 0) ? 1 : 2;
+  }
+  return cached[dev] == 1;
+}
+
+}  // namespace dfa::cuda
