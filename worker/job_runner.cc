@@ -1,5 +1,6 @@
 #include "worker/job_runner.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <thread>
@@ -99,6 +100,8 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   });
 
   absl::StatusOr<PassStats> result;
+  (void)s->transport->TakeDeviceIdleSeconds();  // drop what an earlier, failed job left
+  const absl::Time job_start = absl::Now();
   {
     std::vector<std::string> addrs(req.peer_transport_addresses().begin(),
                                    req.peer_transport_addresses().end());
@@ -149,8 +152,16 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   WorkerMetrics* metrics = metrics_.load();
   v1::WorkerJobStats stats;
   stats.set_rank(s->rank);
-  stats.set_busy_seconds(result->busy_seconds);
-  stats.set_idle_seconds(result->idle_seconds);
+  // GPU transports measure the compute stream's waits on the device; busy is the rest.
+  const double device_idle = s->transport->TakeDeviceIdleSeconds();
+  if (device_idle >= 0) {
+    const double wall = absl::ToDoubleSeconds(absl::Now() - job_start);
+    stats.set_busy_seconds(std::max(0.0, wall - device_idle));
+    stats.set_idle_seconds(device_idle);
+  } else {
+    stats.set_busy_seconds(result->busy_seconds);
+    stats.set_idle_seconds(result->idle_seconds);
+  }
   stats.set_bytes_sent(result->bytes_sent);
   stats.set_bytes_received(result->bytes_received);
   int64_t fwd = 0, bwd = 0, merge = 0, delta = 0, other = 0;

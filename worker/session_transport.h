@@ -35,6 +35,10 @@ class SessionTransport {
   // Per-peer byte counters since the session opened (for metrics; empty when unknown).
   virtual std::vector<int64_t> BytesSentPerPeer() const = 0;
   virtual std::vector<int64_t> BytesReceivedPerPeer() const = 0;
+  // Seconds the GPU's compute stream stood waiting for this transport's data since the last
+  // call, measured on the device (with no host synchronisation the executor's host clocks see
+  // none of it). < 0 when the transport cannot tell: then the executor's figures are right.
+  virtual double TakeDeviceIdleSeconds() { return -1; }
 };
 
 // Transports this worker can offer for `backend` ("cpu", "cuda"), best first; what the worker

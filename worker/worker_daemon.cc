@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <functional>
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
@@ -22,6 +24,10 @@
 #include "worker/session_transport.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
+#ifdef DFA_HAVE_NCCL
+#include "worker/gpu/device_memory_pool.h"
+#include "worker/gpu/gpu_backend_factory.h"
+#endif
 
 namespace dfa {
 namespace {
@@ -155,8 +161,22 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
     }
     impl->backend_name = std::string((*probe)->Name());
   }
-  const int64_t limit = o.memory_limit_bytes > 0 ? o.memory_limit_bytes
-                                                 : PhysicalMemory() / 10 * 8;
+  int64_t limit = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : PhysicalMemory() / 10 * 8;
+  std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()> make_backend =
+      [name = impl->backend_name, bo]() { return CreateBackend(name, bo); };
+#ifdef DFA_HAVE_NCCL
+  if (impl->backend_name == "cuda") {
+    // Sessions of a GPU worker live in one device memory pool (worker/gpu/): no cudaMalloc or
+    // cudaFree inside a job. Its size is the memory limit (default: free device memory).
+    std::shared_ptr<DeviceMemoryPool> pool;
+    auto factory = MakePooledCudaBackendFactory(
+        bo, static_cast<size_t>(std::max<int64_t>(0, o.memory_limit_bytes)), size_t{8} << 30,
+        &pool);
+    if (!factory.ok()) return factory.status();
+    make_backend = *std::move(factory);
+    limit = static_cast<int64_t>(pool->capacity());
+  }
+#endif
   impl->budget = std::make_unique<MemoryBudget>(limit);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -170,8 +190,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   // service right after binding, before anyone (coordinator, client) learns the address.
   std::string worker_id = o.worker_id;
   impl->sessions = std::make_unique<SessionRegistry>(
-      impl->backend_name, o.cuda_device, impl->budget.get(),
-      [name = impl->backend_name, bo]() { return CreateBackend(name, bo); });
+      impl->backend_name, o.cuda_device, impl->budget.get(), make_backend);
   impl->jobs = std::make_unique<JobRunner>(impl->sessions.get(), nullptr, o.step_timeout);
   impl->service = std::make_unique<WorkerServiceImpl>(impl->sessions.get(), impl->jobs.get(),
                                                       impl->budget.get(), nullptr);

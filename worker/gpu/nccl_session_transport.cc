@@ -41,6 +41,12 @@ class NcclSessionTransport : public SessionTransport {
   void Abort() override {
     if (NcclTransport* t = bootstrap_->nccl()) t->Abort();
   }
+  double TakeDeviceIdleSeconds() override {
+    NcclTransport* t = bootstrap_->nccl();
+    if (t == nullptr) return 0;
+    auto idle = t->CollectComputeIdleSeconds();
+    return idle.ok() ? *idle : -1;
+  }
   std::vector<int64_t> BytesSentPerPeer() const override {
     NcclTransport* t = bootstrap_->nccl();
     return t ? t->bytes_sent_per_peer() : std::vector<int64_t>(size_, 0);
