@@ -7,6 +7,9 @@
 #ifdef DFA_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
+#ifdef DFA_HAVE_CUDNN
+#include "kernels/cuda/cudnn_backend.h"
+#endif
 
 namespace dfa {
 
@@ -36,6 +39,15 @@ absl::Status AttentionBackend::Accumulate(const TensorView&, const TensorView&, 
 absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateBackend(std::string_view name,
                                                                 const BackendOptions& options) {
   if (name == "cpu") return CreateCpuBackend(options);
+  if (name == "cudnn") {
+#ifdef DFA_HAVE_CUDNN
+    auto cudnn = CreateCudnnBackend(options);
+    if (!cudnn.ok()) return cudnn.status();
+    return std::unique_ptr<AttentionBackend>(std::move(*cudnn));
+#else
+    return absl::UnavailableError("backend 'cudnn': this build has no cuDNN support (frontend headers not found)");
+#endif
+  }
   if (name == "cuda" || name == "auto") {
 #ifdef DFA_HAVE_CUDA
     auto cuda = CreateCudaBackend(options);
@@ -48,7 +60,7 @@ absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateBackend(std::string_view
     return CreateCpuBackend(options);
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("backend: unknown name '", absl::string_view(name.data(), name.size()), "' (expected cpu, cuda or auto)"));
+      absl::StrCat("backend: unknown name '", absl::string_view(name.data(), name.size()), "' (expected cpu, cuda, cudnn or auto)"));
 }
 
 int64_t VisiblePairs(int64_t q_row0, int64_t m, int64_t kv_row0, int64_t n, MaskKind mask) {
@@ -172,6 +184,13 @@ absl::Status ValidateBackward(const BackwardArgs& a) {
     return absl::InvalidArgumentError("dq, dk and dv must be f32 accumulators");
   }
   if (a.q_row0 < 0 || a.kv_row0 < 0) return absl::InvalidArgumentError("q_row0 and kv_row0 must be >= 0");
+  if (a.out.data != nullptr) {
+    RETURN_IF_ERROR(CheckView(a.out, "out", false));
+    RETURN_IF_ERROR(SameShape(a.q, a.out, "q", "out"));
+    if (a.out.dtype != DType::kF32 && a.out.dtype != a.q.dtype) {
+      return absl::InvalidArgumentError("out (the final O) must be f32 or q's dtype");
+    }
+  }
   return absl::OkStatus();
 }
 

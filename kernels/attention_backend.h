@@ -91,6 +91,10 @@ struct BackwardArgs {
   TensorView dq;       // fp32 [B, m, Hq, D], +=
   TensorView dk, dv;   // fp32 [B, n, Hkv, D], += (summed over the query heads of each kv head)
   void* stream = nullptr;
+  // Optional: the final O of the query rows [B, m, Hq, D] (q's dtype or fp32), as `delta` was
+  // formed from. Backends that form D from O themselves (cudnn) run only with it and fall back
+  // to kernels that read `delta` without it; the others ignore it.
+  TensorView out;
 };
 
 // Merges partial b into partial a: a <- merge(a, b) by their LSEs. Both outputs fp32.
@@ -137,7 +141,9 @@ class AttentionBackend {
   virtual absl::Status Synchronize(void* stream) = 0;
 };
 
-// Creates a backend by name: "cpu", "cuda", or "auto" (cuda when a GPU is usable, else cpu).
+// Creates a backend by name: "cpu", "cuda", "cudnn" (cuDNN's fused attention where it can run a
+// unit, the cuda kernels otherwise; kernels/cuda/cudnn_backend.h), or "auto" (cuda when a GPU
+// is usable, else cpu).
 // UNAVAILABLE when the backend cannot run here (no GPU, or built without CUDA).
 absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateBackend(std::string_view name,
                                                                 const BackendOptions& options);

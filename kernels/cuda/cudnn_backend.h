@@ -1,0 +1,44 @@
+// The "cudnn" AttentionBackend: cuDNN's fused attention (SDPA, flash kernels with Hopper's own
+// instructions) behind the interface of kernels/attention_backend.h, with our CUDA kernels
+// (kernels/cuda/cuda_backend.h) for everything cuDNN cannot do here.
+//
+// Per call: Forward and Backward go to cuDNN when it can run the unit (bf16/f16; head_dim a
+// multiple of 8 up to 256; 16-byte aligned data, strides multiples of 8 elements; for Backward
+// also BackwardArgs::out, the final O, since cuDNN forms D = rowsum(dO * O) itself) and cuDNN
+// has an engine for it (decided once per shape, when its graph is built); otherwise to our CUDA
+// kernels, counted in Counters(). Merge, ComputeDelta, Convert and memory are our CUDA backend's.
+// Units at global offsets become one cuDNN call (see cudnn_unit_geometry.h). cuDNN writes bf16/f16
+// O and gradients: fp32 outputs, `accumulate` (LSE merge) and the `+=` into fp32 dQ/dK/dV go
+// through scratch buffers that the backend owns, allocates on first use and only grows.
+//
+// Threads/streams: one thread at a time. The scratch is shared by all calls; a call on another
+// stream than the previous one first waits (on the device, not the host) for that stream's
+// earlier work, so the caller may switch streams freely.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/attention_backend.h"
+
+namespace dfa {
+
+struct CudnnBackendCounters {
+  int64_t cudnn_forward = 0, cudnn_backward = 0;        // units run by cuDNN
+  int64_t fallback_forward = 0, fallback_backward = 0;  // units run by our CUDA kernels
+  std::string last_fallback_reason;
+};
+
+class CudnnAttentionBackend : public AttentionBackend {
+ public:
+  virtual CudnnBackendCounters Counters() const = 0;
+  // Version of the libcudnn loaded at run time, e.g. "9.19.0".
+  virtual std::string CudnnVersion() const = 0;
+};
+
+// UNAVAILABLE when there is no usable GPU or libcudnn (9.x) cannot be loaded
+// ($DFA_CUDNN_LIBRARY, else libcudnn.so.9 on the loader's path).
+absl::StatusOr<std::unique_ptr<CudnnAttentionBackend>> CreateCudnnBackend(const BackendOptions& options);
+
+}  // namespace dfa

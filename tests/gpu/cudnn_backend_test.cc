@@ -1,0 +1,375 @@
+// The "cudnn" backend against the fp64 reference and against our CUDA backend: global offsets
+// (partial diagonals, rows that see nothing, units wholly masked), GQA/MQA, batch 2, both masks
+// and dtypes, a head dim only cuDNN runs (96), fp32 and 16-bit outputs, accumulate, backward +=
+// with the final O, and the fallback to our kernels without it. Tolerances derive from the
+// dtype's unit roundoff. Skips cleanly without a GPU or without libcudnn.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "kernels/attention_backend.h"
+#include "kernels/cuda/cudnn_backend.h"
+#include "tests/gpu/attention_reference.h"
+
+namespace dfa {
+namespace {
+
+using testing::Eps;
+using testing::RandomRounded;
+using testing::ReferenceAttention;
+using testing::RelError;
+using testing::UnitShape;
+
+class CudnnBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto b = CreateCudnnBackend({});
+    if (!b.ok()) GTEST_SKIP() << "cudnn backend unavailable: " << b.status();
+    be_ = std::move(*b);
+    std::printf("cuDNN %s\n", be_->CudnnVersion().c_str());
+  }
+  void TearDown() override {
+    for (void* p : allocs_) be_->Free(p);
+  }
+  void* Upload(const void* host, size_t bytes) {
+    auto p = be_->Alloc(bytes);
+    EXPECT_TRUE(p.ok());
+    allocs_.push_back(*p);
+    EXPECT_TRUE(be_->Copy(*p, host, bytes, AttentionBackend::CopyKind::kHostToDevice, nullptr).ok());
+    return *p;
+  }
+  template <typename T>
+  std::vector<T> Download(const void* dev, size_t count) {
+    std::vector<T> h(count);
+    EXPECT_TRUE(be_->Copy(h.data(), dev, count * sizeof(T), AttentionBackend::CopyKind::kDeviceToHost, nullptr).ok());
+    EXPECT_TRUE(be_->Synchronize(nullptr).ok());
+    return h;
+  }
+  float* Filled(size_t count, float value) {
+    std::vector<float> h(count, value);
+    return static_cast<float*>(Upload(h.data(), count * sizeof(float)));
+  }
+  std::vector<float> DownloadAsFloat(const void* dev, DType t, size_t count) {
+    if (t == DType::kF32) return Download<float>(dev, count);
+    const auto bits = Download<uint16_t>(dev, count);
+    std::vector<float> f(count);
+    for (size_t i = 0; i < count; ++i) f[i] = LoadAsFloat(bits.data(), t, int64_t(i));
+    return f;
+  }
+
+  std::unique_ptr<CudnnAttentionBackend> be_;
+  std::vector<void*> allocs_;
+};
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+  std::vector<uint16_t> qb, kb, vb, dob;
+};
+
+Inputs MakeInputs(const UnitShape& s, uint64_t seed) {
+  Inputs in;
+  const size_t nq = size_t(s.batch) * s.m * s.q_heads * s.head_dim;
+  const size_t nk = size_t(s.batch) * s.n * s.kv_heads * s.head_dim;
+  in.q = RandomRounded(nq, s.dtype, seed, &in.qb);
+  in.k = RandomRounded(nk, s.dtype, seed + 1, &in.kb);
+  in.v = RandomRounded(nk, s.dtype, seed + 2, &in.vb);
+  in.dout = RandomRounded(nq, s.dtype, seed + 3, &in.dob);
+  return in;
+}
+
+TensorView View(void* data, DType t, const UnitShape& s, bool kv) {
+  TensorView v;
+  v.data = data;
+  v.dtype = t;
+  v.batch = s.batch;
+  v.rows = kv ? s.n : s.m;
+  v.heads = kv ? s.kv_heads : s.q_heads;
+  v.head_dim = s.head_dim;
+  return v;
+}
+RowStatView Stat(float* data, const UnitShape& s) {
+  RowStatView r;
+  r.data = data;
+  r.batch = s.batch;
+  r.heads = s.q_heads;
+  r.rows = s.m;
+  return r;
+}
+
+UnitShape Shape(DType t, int d, int64_t m, int64_t n, int hq, int hk, int64_t q0, int64_t k0, MaskKind mk,
+                int b = 1) {
+  UnitShape s;
+  s.dtype = t, s.head_dim = d, s.m = m, s.n = n, s.q_heads = hq, s.kv_heads = hk;
+  s.q_row0 = q0, s.kv_row0 = k0, s.mask = mk, s.batch = b;
+  return s;
+}
+
+std::string Describe(const UnitShape& s) {
+  return std::string(DTypeName(s.dtype)) + " D=" + std::to_string(s.head_dim) + " m=" + std::to_string(s.m) +
+         " n=" + std::to_string(s.n) + " Hq=" + std::to_string(s.q_heads) + " Hkv=" + std::to_string(s.kv_heads) +
+         " q0=" + std::to_string(s.q_row0) + " k0=" + std::to_string(s.kv_row0) +
+         (s.mask == MaskKind::kCausal ? " causal" : " full") + " B=" + std::to_string(s.batch);
+}
+
+// Diagonal, band (q ahead of k), leading empty rows (k ahead of q), wholly masked, full;
+// lengths off the tile sizes; GQA 3:1, 4:1, MQA; batch 2; head dim 96 (cuDNN only).
+std::vector<UnitShape> Grid() {
+  const MaskKind C = MaskKind::kCausal, F = MaskKind::kFull;
+  return {Shape(DType::kBF16, 128, 200, 200, 4, 4, 0, 0, C),
+          Shape(DType::kBF16, 64, 77, 301, 4, 1, 0, 0, F),
+          Shape(DType::kF16, 128, 130, 97, 6, 2, 150, 100, C),
+          Shape(DType::kF16, 64, 100, 150, 2, 2, 10, 50, C),
+          Shape(DType::kBF16, 128, 129, 65, 2, 1, 0, 0, F, 2),
+          Shape(DType::kBF16, 128, 64, 192, 4, 2, 300, 0, C),
+          Shape(DType::kBF16, 64, 257, 129, 8, 2, 128, 0, C),
+          Shape(DType::kBF16, 128, 96, 80, 4, 4, 0, 500, C),
+          Shape(DType::kBF16, 96, 120, 140, 4, 2, 60, 0, C)};
+}
+
+TEST_F(CudnnBackendTest, ForwardAndBackwardMatchFp64Reference) {
+  uint64_t seed = 4321;
+  for (const UnitShape& s : Grid()) {
+    SCOPED_TRACE(Describe(s));
+    const Inputs in = MakeInputs(s, seed += 10);
+    const float scale = 1.f / std::sqrt(float(s.head_dim));
+    const auto ref = ReferenceAttention(s, in.q, in.k, in.v, &in.dout, scale);
+    const size_t nq = in.q.size(), nk = in.k.size(), nstat = size_t(s.batch) * s.q_heads * s.m;
+    void* q = Upload(in.qb.data(), nq * 2);
+    void* k = Upload(in.kb.data(), nk * 2);
+    void* v = Upload(in.vb.data(), nk * 2);
+    void* dout = Upload(in.dob.data(), nq * 2);
+    const CudnnBackendCounters before = be_->Counters();
+
+    for (DType out_t : {DType::kF32, s.dtype}) {
+      SCOPED_TRACE(std::string("out ") + std::string(DTypeName(out_t)));
+      void* out = out_t == DType::kF32 ? static_cast<void*>(Filled(nq, NAN))
+                                       : Upload(std::vector<uint16_t>(nq, 0x7fff).data(), nq * 2);
+      float* lse = Filled(nstat, NAN);
+      ForwardArgs f;
+      f.scale = scale;
+      f.mask = s.mask;
+      f.q = View(q, s.dtype, s, false);
+      f.k = View(k, s.dtype, s, true);
+      f.v = View(v, s.dtype, s, true);
+      f.q_row0 = s.q_row0;
+      f.kv_row0 = s.kv_row0;
+      f.out = View(out, out_t, s, false);
+      f.lse = Stat(lse, s);
+      ASSERT_TRUE(be_->Forward(f).ok());
+      EXPECT_LT(RelError(DownloadAsFloat(out, out_t, nq), ref.out), 3 * Eps(s.dtype));
+      const auto lse_h = Download<float>(lse, nstat);
+      for (size_t i = 0; i < nstat; ++i) {
+        if (std::isinf(ref.lse[i])) {
+          ASSERT_TRUE(std::isinf(lse_h[i]) && lse_h[i] < 0) << "row " << i << " sees no key: lse " << lse_h[i];
+        } else {
+          ASSERT_NEAR(lse_h[i], ref.lse[i], 4 * Eps(s.dtype)) << "row " << i;
+        }
+      }
+
+      // Backward with the final O in this dtype: += into non-zero gradients.
+      float* delta = Filled(nstat, NAN);
+      ASSERT_TRUE(be_->ComputeDelta(View(dout, s.dtype, s, false), f.out, Stat(delta, s), nullptr).ok());
+      float* dq = Filled(nq, 0.5f);
+      float* dk = Filled(nk, -0.25f);
+      float* dv = Filled(nk, 1.0f);
+      BackwardArgs bw;
+      bw.scale = scale;
+      bw.mask = s.mask;
+      bw.q = f.q;
+      bw.k = f.k;
+      bw.v = f.v;
+      bw.q_row0 = s.q_row0;
+      bw.kv_row0 = s.kv_row0;
+      bw.dout = View(dout, s.dtype, s, false);
+      bw.lse = Stat(lse, s);
+      bw.delta = Stat(delta, s);
+      bw.out = f.out;
+      bw.dq = View(dq, DType::kF32, s, false);
+      bw.dk = View(dk, DType::kF32, s, true);
+      bw.dv = View(dv, DType::kF32, s, true);
+      ASSERT_TRUE(be_->Backward(bw).ok());
+      auto dq_h = Download<float>(dq, nq);
+      auto dk_h = Download<float>(dk, nk);
+      auto dv_h = Download<float>(dv, nk);
+      for (auto& x : dq_h) x -= 0.5f;
+      for (auto& x : dk_h) x += 0.25f;
+      for (auto& x : dv_h) x -= 1.0f;
+      // cuDNN rounds each unit's gradients to the dtype once before our fp32 +=.
+      EXPECT_LT(RelError(dq_h, ref.dq), 8 * Eps(s.dtype));
+      EXPECT_LT(RelError(dk_h, ref.dk), 8 * Eps(s.dtype));
+      EXPECT_LT(RelError(dv_h, ref.dv), 6 * Eps(s.dtype));
+    }
+    const CudnnBackendCounters after = be_->Counters();
+    EXPECT_EQ(after.fallback_forward, before.fallback_forward) << after.last_fallback_reason;
+    EXPECT_EQ(after.fallback_backward, before.fallback_backward) << after.last_fallback_reason;
+    EXPECT_EQ(after.cudnn_forward - before.cudnn_forward, 2);
+    EXPECT_EQ(after.cudnn_backward - before.cudnn_backward, 2);
+  }
+}
+
+// A causal sequence of 3 chunks processed unit by unit as the executor does: forward partials
+// LSE-merged with `accumulate` in an fp32 output, then every unit's backward with the final O
+// and LSE; the result equals the whole sequence's reference.
+TEST_F(CudnnBackendTest, ChunkedSequenceWithAccumulateEqualsWholeSequence) {
+  const int64_t kChunk = 96, kChunks = 3, S = kChunk * kChunks;
+  UnitShape whole = Shape(DType::kBF16, 128, S, S, 4, 2, 0, 0, MaskKind::kCausal);
+  const Inputs in = MakeInputs(whole, 77);
+  const float scale = 1.f / std::sqrt(128.f);
+  const auto ref = ReferenceAttention(whole, in.q, in.k, in.v, &in.dout, scale);
+  const size_t nq = in.q.size(), nk = in.k.size(), nstat = size_t(whole.q_heads) * S;
+  void* q = Upload(in.qb.data(), nq * 2);
+  void* k = Upload(in.kb.data(), nk * 2);
+  void* v = Upload(in.vb.data(), nk * 2);
+  void* dout = Upload(in.dob.data(), nq * 2);
+  float* out = Filled(nq, NAN);
+  float* lse = Filled(nstat, NAN);
+  const TensorView qv = View(q, whole.dtype, whole, false), kv = View(k, whole.dtype, whole, true),
+                   vv = View(v, whole.dtype, whole, true), ov = View(out, DType::kF32, whole, false);
+  const RowStatView lv = Stat(lse, whole);
+  // Key chunks in reverse order so the first unit of a row block is the most masked one.
+  for (int64_t i = 0; i < kChunks; ++i) {
+    for (int64_t j = kChunks - 1; j >= 0; --j) {
+      ForwardArgs f;
+      f.scale = scale;
+      f.mask = MaskKind::kCausal;
+      f.q = qv.Slice(i * kChunk, kChunk);
+      f.q_row0 = i * kChunk;
+      f.k = kv.Slice(j * kChunk, kChunk);
+      f.v = vv.Slice(j * kChunk, kChunk);
+      f.kv_row0 = j * kChunk;
+      f.out = ov.Slice(i * kChunk, kChunk);
+      f.lse = lv.Slice(i * kChunk, kChunk);
+      f.accumulate = j != kChunks - 1;
+      ASSERT_TRUE(be_->Forward(f).ok()) << i << "," << j;
+    }
+  }
+  EXPECT_LT(RelError(Download<float>(out, nq), ref.out), 3 * Eps(whole.dtype));
+  const auto lse_h = Download<float>(lse, nstat);
+  for (size_t i = 0; i < nstat; ++i) ASSERT_NEAR(lse_h[i], ref.lse[i], 4 * Eps(whole.dtype)) << i;
+
+  float* delta = Filled(nstat, NAN);
+  ASSERT_TRUE(be_->ComputeDelta(View(dout, whole.dtype, whole, false), ov, Stat(delta, whole), nullptr).ok());
+  float* dq = Filled(nq, 0.f);
+  float* dk = Filled(nk, 0.f);
+  float* dv = Filled(nk, 0.f);
+  const TensorView dov = View(dout, whole.dtype, whole, false), dqv = View(dq, DType::kF32, whole, false),
+                   dkv = View(dk, DType::kF32, whole, true), dvv = View(dv, DType::kF32, whole, true);
+  const RowStatView dl = Stat(delta, whole);
+  for (int64_t i = 0; i < kChunks; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      BackwardArgs b;
+      b.scale = scale;
+      b.mask = MaskKind::kCausal;
+      b.q = qv.Slice(i * kChunk, kChunk);
+      b.q_row0 = i * kChunk;
+      b.k = kv.Slice(j * kChunk, kChunk);
+      b.v = vv.Slice(j * kChunk, kChunk);
+      b.kv_row0 = j * kChunk;
+      b.dout = dov.Slice(i * kChunk, kChunk);
+      b.out = ov.Slice(i * kChunk, kChunk);
+      b.lse = lv.Slice(i * kChunk, kChunk);
+      b.delta = dl.Slice(i * kChunk, kChunk);
+      b.dq = dqv.Slice(i * kChunk, kChunk);
+      b.dk = dkv.Slice(j * kChunk, kChunk);
+      b.dv = dvv.Slice(j * kChunk, kChunk);
+      ASSERT_TRUE(be_->Backward(b).ok()) << i << "," << j;
+    }
+  }
+  EXPECT_LT(RelError(Download<float>(dq, nq), ref.dq), 8 * Eps(whole.dtype));
+  EXPECT_LT(RelError(Download<float>(dk, nk), ref.dk), 8 * Eps(whole.dtype));
+  EXPECT_LT(RelError(Download<float>(dv, nk), ref.dv), 6 * Eps(whole.dtype));
+  EXPECT_EQ(be_->Counters().fallback_forward, 0) << be_->Counters().last_fallback_reason;
+  EXPECT_EQ(be_->Counters().fallback_backward, 0) << be_->Counters().last_fallback_reason;
+}
+
+// Without the final O cuDNN cannot form D: the unit runs on our CUDA kernels, still exact.
+TEST_F(CudnnBackendTest, BackwardWithoutFinalOFallsBackToOurKernels) {
+  const UnitShape s = Shape(DType::kF16, 64, 100, 150, 2, 2, 10, 50, MaskKind::kCausal);
+  const Inputs in = MakeInputs(s, 99);
+  const float scale = 0.125f;
+  const auto ref = ReferenceAttention(s, in.q, in.k, in.v, &in.dout, scale);
+  const size_t nq = in.q.size(), nk = in.k.size(), nstat = size_t(s.batch) * s.q_heads * s.m;
+  void* q = Upload(in.qb.data(), nq * 2);
+  void* k = Upload(in.kb.data(), nk * 2);
+  void* v = Upload(in.vb.data(), nk * 2);
+  void* dout = Upload(in.dob.data(), nq * 2);
+  float* out = Filled(nq, 0.f);
+  float* lse = Filled(nstat, 0.f);
+  ForwardArgs f;
+  f.scale = scale;
+  f.mask = s.mask;
+  f.q = View(q, s.dtype, s, false);
+  f.k = View(k, s.dtype, s, true);
+  f.v = View(v, s.dtype, s, true);
+  f.q_row0 = s.q_row0;
+  f.kv_row0 = s.kv_row0;
+  f.out = View(out, DType::kF32, s, false);
+  f.lse = Stat(lse, s);
+  ASSERT_TRUE(be_->Forward(f).ok());
+  float* delta = Filled(nstat, NAN);
+  ASSERT_TRUE(be_->ComputeDelta(View(dout, s.dtype, s, false), f.out, Stat(delta, s), nullptr).ok());
+  float* dq = Filled(nq, 0.f);
+  float* dk = Filled(nk, 0.f);
+  float* dv = Filled(nk, 0.f);
+  BackwardArgs bw;
+  bw.scale = scale;
+  bw.mask = s.mask;
+  bw.q = f.q;
+  bw.k = f.k;
+  bw.v = f.v;
+  bw.q_row0 = s.q_row0;
+  bw.kv_row0 = s.kv_row0;
+  bw.dout = View(dout, s.dtype, s, false);
+  bw.lse = f.lse;
+  bw.delta = Stat(delta, s);
+  bw.dq = View(dq, DType::kF32, s, false);
+  bw.dk = View(dk, DType::kF32, s, true);
+  bw.dv = View(dv, DType::kF32, s, true);
+  const int64_t fallbacks = be_->Counters().fallback_backward;
+  ASSERT_TRUE(be_->Backward(bw).ok());
+  EXPECT_EQ(be_->Counters().fallback_backward, fallbacks + 1);
+  EXPECT_NE(be_->Counters().last_fallback_reason.find("out"), std::string::npos);
+  EXPECT_LT(RelError(Download<float>(dq, nq), ref.dq), 6 * Eps(s.dtype));
+  EXPECT_LT(RelError(Download<float>(dk, nk), ref.dk), 6 * Eps(s.dtype));
+  EXPECT_LT(RelError(Download<float>(dv, nk), ref.dv), 4 * Eps(s.dtype));
+}
+
+// Same unit through "cuda" and "cudnn": outputs and LSE agree within the dtype's precision.
+TEST_F(CudnnBackendTest, AgreesWithCudaBackend) {
+  auto cuda_or = CreateBackend("cuda", {});
+  ASSERT_TRUE(cuda_or.ok()) << cuda_or.status();
+  AttentionBackend& cuda = **cuda_or;
+  const UnitShape s = Shape(DType::kBF16, 128, 333, 517, 8, 2, 400, 0, MaskKind::kCausal);
+  const Inputs in = MakeInputs(s, 5);
+  const size_t nq = in.q.size(), nk = in.k.size(), nstat = size_t(s.batch) * s.q_heads * s.m;
+  void* q = Upload(in.qb.data(), nq * 2);
+  void* k = Upload(in.kb.data(), nk * 2);
+  void* v = Upload(in.vb.data(), nk * 2);
+  float* out_a = Filled(nq, NAN);
+  float* lse_a = Filled(nstat, NAN);
+  float* out_b = Filled(nq, NAN);
+  float* lse_b = Filled(nstat, NAN);
+  ForwardArgs f;
+  f.scale = 0.09f;
+  f.mask = s.mask;
+  f.q = View(q, s.dtype, s, false);
+  f.k = View(k, s.dtype, s, true);
+  f.v = View(v, s.dtype, s, true);
+  f.q_row0 = s.q_row0;
+  f.kv_row0 = s.kv_row0;
+  f.out = View(out_a, DType::kF32, s, false);
+  f.lse = Stat(lse_a, s);
+  ASSERT_TRUE(be_->Forward(f).ok());
+  f.out = View(out_b, DType::kF32, s, false);
+  f.lse = Stat(lse_b, s);
+  ASSERT_TRUE(cuda.Forward(f).ok());
+  const auto a = Download<float>(out_a, nq), b = Download<float>(out_b, nq);
+  EXPECT_LT(RelError(a, std::vector<double>(b.begin(), b.end())), 3 * Eps(s.dtype));
+  const auto la = Download<float>(lse_a, nstat), lb = Download<float>(lse_b, nstat);
+  for (size_t i = 0; i < nstat; ++i) ASSERT_NEAR(la[i], lb[i], 4 * Eps(s.dtype)) << i;
+}
+
+}  // namespace
+}  // namespace dfa
