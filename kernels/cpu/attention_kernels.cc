@@ -65,8 +65,8 @@ inline int64_t RoundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 inline vf Exp2(vf x) {
   x = x < -127.f ? Splat(-127.f) : x;
   x = x > 127.f ? Splat(127.f) : x;
-  const vf t = x + 128.5f;                          // in [1.5, 255.5]
-  const vi n = __builtin_convertvector(t, vi);      // floor (t > 0) = round(x) + 128
+  const vf t = x + 128.5f;                                    // in [1.5, 255.5]
+  const vi n = __builtin_convertvector(t, vi);                // floor (t > 0) = round(x) + 128
   const vf f = x - (__builtin_convertvector(n, vf) - 128.f);  // in [-0.5, 0.5]
   vf p = Splat(1.535336188319500e-4f);
   p = p * f + 1.339887440266574e-3f;
@@ -75,7 +75,7 @@ inline vf Exp2(vf x) {
   p = p * f + 2.402264791363012e-1f;
   p = p * f + 6.931472028550421e-1f;
   p = p * f + 1.f;
-  const vi bits = (n - 1) << 23;                    // 2^(n-128) as float bits; n = 1 -> 0.0
+  const vi bits = (n - 1) << 23;  // 2^(n-128) as float bits; n = 1 -> 0.0
   vf scale;
   __builtin_memcpy(&scale, &bits, sizeof scale);
   return p * scale;
@@ -122,8 +122,8 @@ inline void Tile(int64_t K, const float* a, int64_t ars, int64_t acs, const floa
 
 // C[M x N] (+)= A[M x K] * B[K x N], B and C row-major; M a multiple of kMR, N of kW.
 template <bool kAccumulate>
-void Gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t acs,
-          const float* b, int64_t ldb, float* c, int64_t ldc) {
+void Gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t acs, const float* b,
+          int64_t ldb, float* c, int64_t ldc) {
   for (int64_t i = 0; i < M; i += kMR) {
     const float* ai = a + i * ars;
     float* ci = c + i * ldc;
@@ -234,7 +234,7 @@ void BackwardTask(const BackwardParams& p, int64_t task, float* scratch) {
   const float* kf = p.kf + bkv * p.n_pad * dp;
   const float* kt = p.kt + bkv * p.n_pad * dp;
   const float* vt = p.vt + bkv * p.n_pad * dp;
-  float* pm = scratch;               // P, [kBlockM][kBlockN]
+  float* pm = scratch;                 // P, [kBlockM][kBlockN]
   float* ds = pm + kBlockM * kBlockN;  // dP, then dS
   float* dk = ds + kBlockM * kBlockN;  // [kBlockN][dp]
   float* dv = dk + kBlockN * dp;

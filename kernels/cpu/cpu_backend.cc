@@ -18,13 +18,15 @@ namespace {
 absl::Status CheckElementwise(const TensorView& t, absl::string_view field) {
   if (t.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(field, ": null data"));
   if (t.batch < 1 || t.rows < 1 || t.heads < 1 || t.head_dim < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": batch, rows, heads and head_dim must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": batch, rows, heads and head_dim must be >= 1"));
   }
   if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".dtype is not f32, bf16 or f16"));
   }
   if (t.row_stride != 0 && t.row_stride < int64_t{t.heads} * t.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".row_stride smaller than heads*head_dim"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".row_stride smaller than heads*head_dim"));
   }
   return absl::OkStatus();
 }
@@ -32,9 +34,9 @@ absl::Status CheckElementwise(const TensorView& t, absl::string_view field) {
 absl::Status CheckSameShape(const TensorView& a, const TensorView& b, absl::string_view fa,
                             absl::string_view fb) {
   if (a.batch != b.batch || a.rows != b.rows || a.heads != b.heads || a.head_dim != b.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(fb, " shape [", b.batch, ",", b.rows, ",", b.heads, ",",
-                                                   b.head_dim, "] does not match ", fa, " [", a.batch, ",",
-                                                   a.rows, ",", a.heads, ",", a.head_dim, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        fb, " shape [", b.batch, ",", b.rows, ",", b.heads, ",", b.head_dim, "] does not match ",
+        fa, " [", a.batch, ",", a.rows, ",", a.heads, ",", a.head_dim, "]"));
   }
   return absl::OkStatus();
 }
@@ -84,7 +86,8 @@ class CpuBackend final : public AttentionBackend {
                     int64_t{h} * a.head_dim;
         const float* ob = static_cast<const float*>(b.data) + bi * b.BatchStride() +
                           r * b.RowStride() + int64_t{h} * b.head_dim;
-        float* la = args.lse_a.data + bi * args.lse_a.BatchStride() + h * args.lse_a.HeadStride() + r;
+        float* la =
+            args.lse_a.data + bi * args.lse_a.BatchStride() + h * args.lse_a.HeadStride() + r;
         const float lb =
             args.lse_b.data[bi * args.lse_b.BatchStride() + h * args.lse_b.HeadStride() + r];
         cpu::MergeRow(oa, la, ob, lb, a.head_dim);
@@ -100,18 +103,20 @@ class CpuBackend final : public AttentionBackend {
     RETURN_IF_ERROR(CheckSameShape(dout, out, "dout", "out"));
     if (delta.data == nullptr) return absl::InvalidArgumentError("delta: null data");
     if (delta.batch != dout.batch || delta.heads != dout.heads || delta.rows != dout.rows) {
-      return absl::InvalidArgumentError(absl::StrCat("delta shape [", delta.batch, ",", delta.heads, ",",
-                                                     delta.rows, "] does not match dout [", dout.batch,
-                                                     ",", dout.heads, ",", dout.rows, "]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "delta shape [", delta.batch, ",", delta.heads, ",", delta.rows,
+          "] does not match dout [", dout.batch, ",", dout.heads, ",", dout.rows, "]"));
     }
     pool_.ParallelFor(int64_t{dout.batch} * dout.heads, [&](int64_t bh, int) {
       const int b = static_cast<int>(bh / dout.heads), h = static_cast<int>(bh % dout.heads);
       for (int64_t r = 0; r < dout.rows; ++r) {
-        const int64_t bd = b * dout.BatchStride() + r * dout.RowStride() + int64_t{h} * dout.head_dim;
+        const int64_t bd =
+            b * dout.BatchStride() + r * dout.RowStride() + int64_t{h} * dout.head_dim;
         const int64_t bo = b * out.BatchStride() + r * out.RowStride() + int64_t{h} * out.head_dim;
         float s = 0.f;
         for (int d = 0; d < dout.head_dim; ++d) {
-          s += LoadAsFloat(dout.data, dout.dtype, bd + d) * LoadAsFloat(out.data, out.dtype, bo + d);
+          s +=
+              LoadAsFloat(dout.data, dout.dtype, bd + d) * LoadAsFloat(out.data, out.dtype, bo + d);
         }
         delta.data[b * delta.BatchStride() + h * delta.HeadStride() + r] = s;
       }
@@ -147,7 +152,8 @@ class CpuBackend final : public AttentionBackend {
       const int b = static_cast<int>(br / src.rows);
       const int64_t r = br % src.rows;
       const int64_t width = int64_t{src.heads} * src.head_dim;
-      const float* s = static_cast<const float*>(src.data) + b * src.BatchStride() + r * src.RowStride();
+      const float* s =
+          static_cast<const float*>(src.data) + b * src.BatchStride() + r * src.RowStride();
       float* d = static_cast<float*>(dst.data) + b * dst.BatchStride() + r * dst.RowStride();
       for (int64_t i = 0; i < width; ++i) d[i] += s[i];
     });
@@ -158,7 +164,8 @@ class CpuBackend final : public AttentionBackend {
     const size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     if (p == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("cpu backend: cannot allocate ", bytes, " bytes"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cpu backend: cannot allocate ", bytes, " bytes"));
     }
     return p;
   }
@@ -193,8 +200,8 @@ class CpuBackend final : public AttentionBackend {
 
 absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateCpuBackend(const BackendOptions& options) {
   if (options.num_threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_threads must be >= 0 (0: hardware concurrency), got ", options.num_threads));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_threads must be >= 0 (0: hardware concurrency), got ", options.num_threads));
   }
   return std::unique_ptr<AttentionBackend>(new CpuBackend(options));
 }

@@ -9,8 +9,7 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 }
 
-void RunForward(const ForwardArgs& a, const KernelTable& kernels, ThreadPool& pool,
-                Workspace& ws) {
+void RunForward(const ForwardArgs& a, const KernelTable& kernels, ThreadPool& pool, Workspace& ws) {
   const int batch = a.q.batch, hq = a.q.heads, hkv = a.k.heads, dim = a.q.head_dim;
   const int dp = static_cast<int>(RoundUp(dim, kDimAlign));
   const int64_t m_pad = RoundUp(a.q.rows, kBlockM), n_pad = RoundUp(a.k.rows, kBlockN);

@@ -18,9 +18,9 @@
 
 namespace dfa::cpu {
 
-inline constexpr int kBlockM = 64;   // query rows per block
-inline constexpr int kBlockN = 64;   // key rows per block
-inline constexpr int kDimAlign = 16; // packed head dim is a multiple of this (one AVX-512 vector)
+inline constexpr int kBlockM = 64;    // query rows per block
+inline constexpr int kBlockN = 64;    // key rows per block
+inline constexpr int kDimAlign = 16;  // packed head dim is a multiple of this (one AVX-512 vector)
 
 struct ForwardParams {
   const float* qs;

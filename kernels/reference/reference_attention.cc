@@ -29,7 +29,8 @@ absl::Status Check(const Problem& p) {
   a.lse.heads = p.q.heads;
   a.lse.rows = p.q.rows;
   if (!(p.scale > 0.0) || !std::isfinite(p.scale)) {
-    return absl::InvalidArgumentError(absl::StrCat("scale must be positive and finite, got ", p.scale));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scale must be positive and finite, got ", p.scale));
   }
   return ValidateForward(a);
 }
@@ -134,7 +135,8 @@ absl::StatusOr<Gradients> BackwardUnit(const Problem& p, const TensorView& dout,
   }
   const size_t stats = static_cast<size_t>(B) * H * m;
   if (lse.size() != stats || delta.size() != stats) {
-    return absl::InvalidArgumentError(absl::StrCat("lse and delta must hold B*Hq*m = ", stats, " values"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lse and delta must hold B*Hq*m = ", stats, " values"));
   }
   Gradients g;
   g.dq.assign(static_cast<size_t>(B) * m * H * D, 0.0);

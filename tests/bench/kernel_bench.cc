@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <string>
 #include <thread>
@@ -107,7 +107,8 @@ struct Buffer {
     view.heads = h;
     view.head_dim = d;
     std::uniform_real_distribution<float> u(-1.f, 1.f);
-    for (int64_t i = 0; i < int64_t{b} * rows * h * d; ++i) dfa::StoreFromFloat(bytes.data(), t, i, u(rng));
+    for (int64_t i = 0; i < int64_t{b} * rows * h * d; ++i)
+      dfa::StoreFromFloat(bytes.data(), t, i, u(rng));
   }
 };
 
@@ -134,8 +135,8 @@ int main(int argc, char** argv) {
   Rate sgemm = SgemmRate(threads, reps);
   std::printf("machine: %u hardware threads; using %d threads; cpu kernels: %s\n",
               std::thread::hardware_concurrency(), threads, dfa::cpu::SelectKernels().isa);
-  std::printf("OpenBLAS sgemm 2048^3 fp32 (before): %.1f GFLOP/s wall, %.1f cpu (%s)\n",
-              sgemm.wall, sgemm.cpu, openblas_get_config());
+  std::printf("OpenBLAS sgemm 2048^3 fp32 (before): %.1f GFLOP/s wall, %.1f cpu (%s)\n", sgemm.wall,
+              sgemm.cpu, openblas_get_config());
   struct Result {
     std::string dtype;
     int dim;
@@ -145,9 +146,12 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
 
   std::mt19937 rng(42);
-  for (const std::string& dts : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ','))) {
-    for (const std::string& ds : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_dims), ','))) {
-      for (const std::string& ms : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_masks), ','))) {
+  for (const std::string& dts :
+       std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ','))) {
+    for (const std::string& ds :
+         std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_dims), ','))) {
+      for (const std::string& ms :
+           std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_masks), ','))) {
         const dfa::DType t = ParseDType(dts);
         const int D = std::stoi(ds);
         const bool causal = ms == "causal";
@@ -168,7 +172,8 @@ int main(int argc, char** argv) {
         fa.lse = lse_v;
         const double flops = 4.0 * B * H * static_cast<double>(S) * S * D / (causal ? 2 : 1);
         absl::Status st;
-        const Rate fwd = ToRate(flops, Best(reps, [&] { st.Update(backend->Forward(fa)); }), threads);
+        const Rate fwd =
+            ToRate(flops, Best(reps, [&] { st.Update(backend->Forward(fa)); }), threads);
         Rate bwd{0.0, 0.0};
         if (absl::GetFlag(FLAGS_backward)) {
           st.Update(backend->ComputeDelta(dout.view, out.view, delta_v, nullptr));
@@ -201,14 +206,17 @@ int main(int argc, char** argv) {
               after.cpu);
   sgemm.wall = std::max(sgemm.wall, after.wall);
   sgemm.cpu = std::max(sgemm.cpu, after.cpu);
-  std::printf("GFLOP/s by wall clock [by cpu time]; %% of the better sgemm figure of the same kind\n");
+  std::printf(
+      "GFLOP/s by wall clock [by cpu time]; %% of the better sgemm figure of the same kind\n");
   std::printf("%-5s %4s %-6s %6s %3s %3s | %-27s | %-27s\n", "dtype", "D", "mask", "S", "H", "Hkv",
               "forward GF/s, % of sgemm", "backward GF/s, % of sgemm");
   for (const Result& r : results) {
-    std::printf("%-5s %4d %-6s %6lld %3d %3d | %5.1f [%5.1f] %3.0f%% [%3.0f%%] | %5.1f [%5.1f] %3.0f%% [%3.0f%%]\n",
-                r.dtype.c_str(), r.dim, r.mask.c_str(), static_cast<long long>(S), H, Hkv, r.fwd.wall,
-                r.fwd.cpu, 100.0 * r.fwd.wall / sgemm.wall, 100.0 * r.fwd.cpu / sgemm.cpu, r.bwd.wall,
-                r.bwd.cpu, 100.0 * r.bwd.wall / sgemm.wall, 100.0 * r.bwd.cpu / sgemm.cpu);
+    std::printf(
+        "%-5s %4d %-6s %6lld %3d %3d | %5.1f [%5.1f] %3.0f%% [%3.0f%%] | %5.1f [%5.1f] %3.0f%% "
+        "[%3.0f%%]\n",
+        r.dtype.c_str(), r.dim, r.mask.c_str(), static_cast<long long>(S), H, Hkv, r.fwd.wall,
+        r.fwd.cpu, 100.0 * r.fwd.wall / sgemm.wall, 100.0 * r.fwd.cpu / sgemm.cpu, r.bwd.wall,
+        r.bwd.cpu, 100.0 * r.bwd.wall / sgemm.wall, 100.0 * r.bwd.cpu / sgemm.cpu);
   }
   return 0;
 }

@@ -21,7 +21,11 @@ struct HostTensor {
 
   HostTensor() = default;
   HostTensor(DType t, int b, int64_t r, int h, int d)
-      : dtype(t), batch(b), heads(h), head_dim(d), rows(r),
+      : dtype(t),
+        batch(b),
+        heads(h),
+        head_dim(d),
+        rows(r),
         bytes(static_cast<size_t>(b) * r * h * d * DTypeSize(t)) {}
   int64_t size() const { return int64_t{batch} * rows * heads * head_dim; }
   TensorView view() {
@@ -64,9 +68,12 @@ struct HostStats {
 // Unit roundoff of a dtype (half an ulp of 1).
 inline double UnitRoundoff(DType t) {
   switch (t) {
-    case DType::kF32: return std::ldexp(1.0, -24);
-    case DType::kBF16: return std::ldexp(1.0, -8);
-    case DType::kF16: return std::ldexp(1.0, -11);
+    case DType::kF32:
+      return std::ldexp(1.0, -24);
+    case DType::kBF16:
+      return std::ldexp(1.0, -8);
+    case DType::kF16:
+      return std::ldexp(1.0, -11);
   }
   return 1.0;
 }

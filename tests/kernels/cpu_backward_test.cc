@@ -132,13 +132,18 @@ void CheckBackward(AttentionBackend& be, const Case& c, uint32_t seed) {
   const int group = c.hq / c.hkv;
   ExpectClose(g.dq, ref->dq, Fp32Tolerance(c.n + c.d, in.scale * mag_dp), "dq");
   ExpectClose(g.dk, ref->dk, Fp32Tolerance(group * c.m + c.d, in.scale * mag_dp), "dk");
-  ExpectClose(g.dv, ref->dv, Fp32Tolerance(group * c.m + c.d, 1.0 + in.scale * c.d * testing::kMeanAbsProduct), "dv");
+  ExpectClose(g.dv, ref->dv,
+              Fp32Tolerance(group * c.m + c.d, 1.0 + in.scale * c.d * testing::kMeanAbsProduct),
+              "dv");
 }
 
 TEST(CpuBackward, MatchesReferenceOverGrid) {
   auto be = Cpu();
-  struct Shape { int64_t m, n, q0, k0; };
-  const Shape shapes[] = {{70, 131, 200, 100}, {129, 65, 0, 0}, {33, 97, 50, 0}, {100, 100, 30, 60}};
+  struct Shape {
+    int64_t m, n, q0, k0;
+  };
+  const Shape shapes[] = {
+      {70, 131, 200, 100}, {129, 65, 0, 0}, {33, 97, 50, 0}, {100, 100, 30, 60}};
   uint32_t seed = 100;
   int s = 0;
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -225,7 +230,8 @@ TEST(CpuBackward, RowsSeeingNoKeyGiveZeroGradients) {
   const double mag_dp = MagDp(c.d, in.scale);
   ExpectClose(g.dq, ref->dq, Fp32Tolerance(c.n + c.d, in.scale * mag_dp), "dq");
   ExpectClose(g.dk, ref->dk, Fp32Tolerance(2 * c.m + c.d, in.scale * mag_dp), "dk");
-  ExpectClose(g.dv, ref->dv, Fp32Tolerance(2 * c.m + c.d, 1.0 + in.scale * c.d * testing::kMeanAbsProduct), "dv");
+  ExpectClose(g.dv, ref->dv,
+              Fp32Tolerance(2 * c.m + c.d, 1.0 + in.scale * c.d * testing::kMeanAbsProduct), "dv");
 }
 
 }  // namespace

@@ -87,9 +87,11 @@ std::unique_ptr<AttentionBackend> Cpu(int threads = 2) {
 // The grid: every dtype x mask x GQA ratio x head dim, with lengths that are not multiples of
 // the block size, m != n, and offsets that put the causal diagonal inside, before and after.
 std::vector<Case> Grid() {
-  struct Shape { int64_t m, n, q0, k0; };
+  struct Shape {
+    int64_t m, n, q0, k0;
+  };
   const Shape shapes[] = {{70, 131, 200, 100}, {129, 65, 0, 0}, {33, 97, 50, 0},
-                          {100, 100, 30, 60}, {1, 77, 76, 0}, {65, 3, 2, 0}};
+                          {100, 100, 30, 60},  {1, 77, 76, 0},  {65, 3, 2, 0}};
   std::vector<Case> cases;
   int s = 0;
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -114,10 +116,10 @@ TEST(CpuForward, MatchesReferenceOverGrid) {
 TEST(CpuForward, SharpSoftmaxAndOutputInInputDtype) {
   auto backend = Cpu();
   CheckForward(*backend, {DType::kF32, 4, 2, 64, 90, 150, 60, 0, MaskKind::kCausal, 8.f}, 7);
-  CheckForward(*backend, {DType::kBF16, 4, 4, 64, 90, 150, 60, 0, MaskKind::kCausal, 1.f,
-                          DType::kBF16}, 8);
-  CheckForward(*backend, {DType::kF16, 4, 1, 128, 70, 70, 0, 0, MaskKind::kFull, 1.f,
-                          DType::kF16}, 9);
+  CheckForward(*backend,
+               {DType::kBF16, 4, 4, 64, 90, 150, 60, 0, MaskKind::kCausal, 1.f, DType::kBF16}, 8);
+  CheckForward(*backend, {DType::kF16, 4, 1, 128, 70, 70, 0, 0, MaskKind::kFull, 1.f, DType::kF16},
+               9);
 }
 
 TEST(CpuForward, EveryIsaBuildAndThreadCount) {

@@ -175,5 +175,32 @@ TEST(CpuElementwise, ConvertRoundTripsAndRounds) {
   }
 }
 
+TEST(CpuElementwise, AccumulateAddsStridedRowsAndRejectsNonF32) {
+  auto be = Cpu();
+  std::mt19937 rng(6);
+  HostTensor src(DType::kF32, 2, 5, 3, 7), dst(DType::kF32, 2, 10, 3, 7);
+  src.Randomize(rng);
+  dst.Randomize(rng);
+  const HostTensor before = dst;
+  // Every other row of dst: a strided view.
+  TensorView view = dst.view();
+  view.rows = 5;
+  view.row_stride = 2 * 3 * 7;
+  view.batch_stride = 10 * 3 * 7;
+  ASSERT_TRUE(be->Accumulate(src.view(), view, nullptr).ok());
+  for (int b = 0; b < 2; ++b) {
+    for (int r = 0; r < 10; ++r) {
+      for (int i = 0; i < 21; ++i) {
+        const int64_t at = (int64_t{b} * 10 + r) * 21 + i;
+        const float add = r % 2 == 0 ? src.get((int64_t{b} * 5 + r / 2) * 21 + i) : 0.f;
+        ASSERT_EQ(dst.get(at), before.get(at) + add) << b << " " << r << " " << i;
+      }
+    }
+  }
+  HostTensor half(DType::kF16, 2, 5, 3, 7);
+  EXPECT_EQ(be->Accumulate(half.view(), src.view(), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace dfa
