@@ -20,15 +20,20 @@ void RunBackward(const BackwardArgs& a, const KernelTable& kernels, ThreadPool& 
   const int64_t nkb = n_pad / kBlockN;
 
   // Enough tasks to keep every thread busy: split each kv head's key blocks into chunks when
-  // there are few kv heads; each chunk then needs its own dQ copy (summed below).
+  // there are few kv heads; each chunk then needs its own dQ copy (summed below). The copies
+  // are capped (kMaxChunks, kMaxDqCopyBytes): with very few kv heads on many cores some
+  // threads idle rather than the backend holding dozens of dQ copies.
+  constexpr int64_t kMaxChunks = 8;
+  constexpr int64_t kMaxDqCopyBytes = int64_t{1} << 30;
   const int64_t base_tasks = int64_t{batch} * hkv;
+  const int64_t q_elems = int64_t{batch} * hq * m_pad * dp;
   int64_t chunks = 1;
   if (base_tasks < 2 * pool.size()) {
-    chunks = std::min(nkb, (2 * pool.size() + base_tasks - 1) / base_tasks);
+    chunks = std::min({nkb, (2 * pool.size() + base_tasks - 1) / base_tasks, kMaxChunks});
+    while (chunks > 1 && chunks * q_elems * int64_t{sizeof(float)} > kMaxDqCopyBytes) --chunks;
   }
 
   BackwardParams p{};
-  const int64_t q_elems = int64_t{batch} * hq * m_pad * dp;
   const int64_t kv_elems = int64_t{batch} * hkv * n_pad * dp;
   float* qs = Reserve(ws.qs, q_elems);
   float* dof = Reserve(ws.dof, q_elems);
