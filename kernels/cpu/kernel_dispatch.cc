@@ -8,10 +8,10 @@
 namespace dfa::cpu {
 
 const KernelTable& SelectKernels() {
+#if defined(__x86_64__)
   const char* cap = std::getenv("DFA_CPU_ISA");
   const bool allow512 = cap == nullptr || std::strcmp(cap, "avx512") == 0;
   const bool allow2 = allow512 || std::strcmp(cap, "avx2") == 0;
-#if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   if (allow512 && __builtin_cpu_supports("avx512f")) return kKernelsAvx512;
   if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {

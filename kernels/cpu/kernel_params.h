@@ -67,8 +67,8 @@ struct KernelTable {
 };
 
 extern const KernelTable kKernelsDefault;  // x86-64 baseline (SSE2)
-extern const KernelTable kKernelsAvx2;     // AVX2 + FMA
-extern const KernelTable kKernelsAvx512;   // AVX-512F
+extern const KernelTable kKernelsAvx2;     // AVX2 + FMA (x86-64 builds only)
+extern const KernelTable kKernelsAvx512;   // AVX-512F (x86-64 builds only)
 
 // The widest table this CPU supports; env DFA_CPU_ISA=default|avx2|avx512 caps it (tests).
 const KernelTable& SelectKernels();
