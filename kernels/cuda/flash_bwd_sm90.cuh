@@ -31,7 +31,7 @@ struct BwdSm90Traits {
   static constexpr int kQElems = kBlockM * kD;
   static constexpr int kDsElems = kBlockN * kBlockM;
   static constexpr int kSmemBytes =
-      (2 * kKVElems + 4 * kQElems + kDsElems) * 2 + 2 * kBlockM * 4 + 1024;
+      (2 * kKVElems + 4 * kQElems + kDsElems) * 2 + 4 * kBlockM * 4 + 1024;
 };
 
 template <typename T, int kD>
@@ -49,8 +49,8 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
   T* s_q_base = s_v + Cfg::kKVElems;             // 2 stages
   T* s_do_base = s_q_base + 2 * Cfg::kQElems;    // 2 stages
   T* s_ds = s_do_base + 2 * Cfg::kQElems;        // dS^T [kBlockN keys][kBlockM queries]
-  float* s_lse = reinterpret_cast<float*>(s_ds + Cfg::kDsElems);  // LSE * log2e
-  float* s_delta = s_lse + kBlockM;
+  float* s_lse = reinterpret_cast<float*>(s_ds + Cfg::kDsElems);  // 2 stages of LSE * log2e
+  float* s_delta = s_lse + 2 * kBlockM;                             // 2 stages
 
   const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int group = p.q_heads / p.kv_heads;
@@ -96,8 +96,22 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
         static_cast<const T*>(p.dout) + b * p.do_batch_stride + m_begin * p.do_row_stride + int64_t{h} * kD,
         p.do_row_stride, m_valid, tid);
   };
+  // LSE (times log2 e) and Delta of one item's 64 rows, read by threads 0..63. Rows past the
+  // end and rows that see no key get LSE = +inf, so P = 0.
+  auto fetch_stats = [&](int item, float* l, float* d) {
+    const int h = hk * group + item / per_head;
+    const int64_t m_begin = int64_t{m_block_min + item % per_head} * kBlockM;
+    *l = INFINITY;
+    *d = 0.f;
+    if (m_begin + tid < p.m) {
+      const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + m_begin + tid];
+      if (lse != -INFINITY) *l = lse * kLog2e;
+      *d = p.delta[b * p.delta_batch_stride + h * p.delta_head_stride + m_begin + tid];
+    }
+  };
   load_item(0, 0);
   CpAsyncCommit();
+  if (tid < kBlockM) fetch_stats(0, &s_lse[tid], &s_delta[tid]);
 
   for (int item = 0; item < items; ++item) {
     const int h = hk * group + item / per_head;
@@ -108,16 +122,11 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
     const T* s_do = s_do_base + (item & 1) * Cfg::kQElems;
     if (item + 1 < items) load_item(item + 1, (item + 1) & 1);
     CpAsyncCommit();
-    if (tid < kBlockM) {
-      float l = INFINITY, d = 0.f;  // rows past the end and rows that see no key: P = 0
-      if (tid < m_valid) {
-        const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + m_begin + tid];
-        if (lse != -INFINITY) l = lse * kLog2e;
-        d = p.delta[b * p.delta_batch_stride + h * p.delta_head_stride + m_begin + tid];
-      }
-      s_lse[tid] = l;
-      s_delta[tid] = d;
-    }
+    // The next item's LSE / Delta are read now and stored at the end of this one.
+    float next_l = INFINITY, next_d = 0.f;
+    if (tid < kBlockM && item + 1 < items) fetch_stats(item + 1, &next_l, &next_d);
+    const float* s_lse_cur = s_lse + (item & 1) * kBlockM;
+    const float* s_delta_cur = s_delta + (item & 1) * kBlockM;
     CpAsyncWait<1>();
     FenceProxyAsync();
     __syncthreads();
@@ -151,7 +160,7 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
 #pragma unroll
     for (int i = 0; i < kNS; ++i) {
       const int ml = (i >> 2) * 8 + 2 * t + (i & 1);
-      float pv = FastExp2(st[i] * scale_log2 - s_lse[ml]);
+      float pv = FastExp2(st[i] * scale_log2 - s_lse_cur[ml]);
       if (need_mask) {
         const int nl = key_base + ((i >> 1) & 1) * 8;
         if (nl >= n_valid || (p.causal && p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml)) pv = 0.f;
@@ -180,7 +189,7 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
 
     uint32_t ads[kBlockM / 16][4];
 #pragma unroll
-    for (int i = 0; i < kNS; ++i) dpt[i] = st[i] * (dpt[i] - s_delta[(i >> 2) * 8 + 2 * t + (i & 1)]);
+    for (int i = 0; i < kNS; ++i) dpt[i] = st[i] * (dpt[i] - s_delta_cur[(i >> 2) * 8 + 2 * t + (i & 1)]);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
       ads[kk][0] = Tr::Pack(dpt[8 * kk + 0], dpt[8 * kk + 1]);
@@ -236,7 +245,11 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
                     make_float2(acc_dq[4 * j + 2 * hf] * p.scale, acc_dq[4 * j + 2 * hf + 1] * p.scale));
         }
       }
-    __syncthreads();  // the next block overwrites its Q/dO stage, LSE, Delta and dS^T
+    if (tid < kBlockM) {
+      s_lse[((item + 1) & 1) * kBlockM + tid] = next_l;
+      s_delta[((item + 1) & 1) * kBlockM + tid] = next_d;
+    }
+    __syncthreads();  // the next block overwrites its Q/dO stage and dS^T
   }
 
   // dK, dV += (this CTA owns these rows exclusively).

@@ -6,8 +6,10 @@
 // cp.async from all threads. Per key block, each warpgroup runs S = Q K^T as kD/16
 // m64 x kBlockN x k16 wgmmas (both operands from shared memory), the online softmax in base 2
 // on the accumulators, then O += P V as kBlockN/16 wgmmas with P from registers and V read
-// MN-major (transposed) from shared memory. Key blocks run from the last to the first, so only
-// the first ones (diagonal, tail) pay for the mask.
+// MN-major (transposed) from shared memory. The P V of one block is issued together with the
+// S of the next, so the softmax overlaps tensor-core work (FlashAttention-3's intra-warpgroup
+// pipelining). Key blocks run from the last to the first, so only the first ones (diagonal,
+// tail) pay for the mask.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -67,31 +69,22 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
 
   if (n_end > 0) {
     const int n_blocks = static_cast<int>((n_end + kBlockN - 1) / kBlockN);
-    auto load_kv = [&](int nb, int stage) {
-      const int64_t n0 = int64_t{nb} * kBlockN;
-      const int valid = static_cast<int>(Min64(kBlockN, p.n - n0));
-      LoadTileSw128<kBlockN, kD, kThreads>(s_k + stage * Cfg::kKVElems, k_g + n0 * p.k_row_stride,
-                                           p.k_row_stride, valid, tid);
-      LoadTileSw128<kBlockN, kD, kThreads>(s_v + stage * Cfg::kKVElems, v_g + n0 * p.v_row_stride,
-                                           p.v_row_stride, valid, tid);
+    // Block `it` of the walk is key block n_blocks - 1 - it; K(it) and V(it) live in stage it & 1.
+    auto load_k = [&](int it) {
+      const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
+      LoadTileSw128<kBlockN, kD, kThreads>(s_k + (it & 1) * Cfg::kKVElems, k_g + n0 * p.k_row_stride,
+                                           p.k_row_stride, static_cast<int>(Min64(kBlockN, p.n - n0)), tid);
     };
-    LoadTileSw128<kBlockM, kD, kThreads>(s_q, q_g, p.q_row_stride, m_valid, tid);
-    load_kv(n_blocks - 1, 0);
-    CpAsyncCommit();
-
+    auto load_v = [&](int it) {
+      const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
+      LoadTileSw128<kBlockN, kD, kThreads>(s_v + (it & 1) * Cfg::kKVElems, v_g + n0 * p.v_row_stride,
+                                           p.v_row_stride, static_cast<int>(Min64(kBlockN, p.n - n0)), tid);
+    };
     float s[kNS];
-    for (int it = 0; it < n_blocks; ++it) {
-      const int nb = n_blocks - 1 - it, stage = it & 1;
-      if (nb > 0) load_kv(nb - 1, stage ^ 1);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-      FenceProxyAsync();
-      __syncthreads();
-      const T* s_ks = s_k + stage * Cfg::kKVElems;
-      const T* s_vs = s_v + stage * Cfg::kKVElems;
-
-      // S = Q K^T (this warpgroup's 64 query rows).
-      WgmmaFence();
+    uint32_t a[kBlockN / 16][4];
+    float corr[2] = {1.f, 1.f};
+    auto issue_s = [&](int it) {  // S = Q K(it)^T for this warpgroup's 64 query rows
+      const T* s_ks = s_k + (it & 1) * Cfg::kKVElems;
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
         const uint64_t dq = MakeSmemDesc(s_q + (kk >> 2) * kBlockM * 64 + wg * 64 * 64 + (kk & 3) * 16, 16, 1024);
@@ -99,11 +92,19 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
         WgmmaSS<T, kBlockN, 0, 0>::Run(s, dq, dk, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
-      WgmmaWait<0>();
-      FenceRegs<kNS>(s);
-
-      // Mask: keys past the unit's end, and (causal) keys after the query's position.
-      const int64_t n0 = int64_t{nb} * kBlockN;
+    };
+    auto issue_pv = [&](int it) {  // O += P V(it): P from registers, V read MN-major
+      const T* s_vs = s_v + (it & 1) * Cfg::kKVElems;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t dv = MakeSmemDesc(s_vs + kk * 16 * 64, kBlockN * 64 * 2, 1024);
+        WgmmaRS<T, kD, 1>::Run(acc_o, a[kk], dv, 1);
+      }
+      WgmmaCommit();
+    };
+    // Mask and online softmax (base 2) of S(it) in place; sets corr, the factor for O.
+    auto softmax = [&](int it) {
+      const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
       const bool need_mask = n0 + kBlockN > p.n ||
                              (p.causal && p.kv_row0 + n0 + kBlockN - 1 > p.q_row0 + m_begin);
       if (need_mask) {
@@ -114,8 +115,8 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
           if (col >= p.n || (p.causal && p.kv_row0 + col > p.q_row0 + row)) s[i] = -INFINITY;
         }
       }
-
-      // Online softmax (base 2), as in the mma.sync kernel.
+      // A row that has seen no key yet keeps max -inf and uses 0 as its reference, so
+      // exp2(-inf - 0) = 0 and nothing becomes NaN.
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         float mx = -INFINITY;  // raw scores; scale > 0, so max(scaled) = scale * max(raw)
@@ -123,7 +124,7 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
         for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
         mx = fmaxf(QuadMax(mx) * scale_log2, row_max[hf]);
         const float ref = mx == -INFINITY ? 0.f : mx;
-        const float corr = FastExp2(row_max[hf] - ref);
+        corr[hf] = FastExp2(row_max[hf] - ref);
         row_max[hf] = mx;
         float sum = 0.f;
 #pragma unroll
@@ -134,16 +135,17 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
             s[4 * j + 2 * hf + e] = pv;
             sum += pv;
           }
-        row_sum[hf] = row_sum[hf] * corr + sum;
-#pragma unroll
-        for (int dt = 0; dt < kD / 8; ++dt) {
-          acc_o[4 * dt + 2 * hf] *= corr;
-          acc_o[4 * dt + 2 * hf + 1] *= corr;
-        }
+        row_sum[hf] = row_sum[hf] * corr[hf] + sum;
       }
-
-      // O += P V: P from registers (rounded to T), V transposed from shared memory.
-      uint32_t a[kBlockN / 16][4];
+    };
+    auto rescale_o_and_pack_p = [&]() {
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        acc_o[4 * dt + 0] *= corr[0];
+        acc_o[4 * dt + 1] *= corr[0];
+        acc_o[4 * dt + 2] *= corr[1];
+        acc_o[4 * dt + 3] *= corr[1];
+      }
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         a[kk][0] = Tr::Pack(s[8 * kk + 0], s[8 * kk + 1]);
@@ -151,19 +153,57 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
         a[kk][2] = Tr::Pack(s[8 * kk + 4], s[8 * kk + 5]);
         a[kk][3] = Tr::Pack(s[8 * kk + 6], s[8 * kk + 7]);
       }
+    };
+
+    // Software pipeline: iteration `it` issues S(it) and P(it-1) V(it-1) back to back, and the
+    // softmax of S(it) runs while the tensor cores still work on P V. Copies: iteration it
+    // loads K(it+1) (its stage held K(it-1), consumed) and V(it) (its stage held V(it-2)).
+    LoadTileSw128<kBlockM, kD, kThreads>(s_q, q_g, p.q_row_stride, m_valid, tid);
+    load_k(0);
+    CpAsyncCommit();
+    if (n_blocks > 1) load_k(1);
+    load_v(0);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    FenceProxyAsync();
+    __syncthreads();
+    WgmmaFence();
+    issue_s(0);
+    WgmmaWait<0>();
+    FenceRegs<kNS>(s);
+    softmax(0);
+    rescale_o_and_pack_p();
+    for (int it = 1; it < n_blocks; ++it) {
+      __syncthreads();  // every warpgroup is done with K(it-1) and V(it-2)
+      if (it + 1 < n_blocks) load_k(it + 1);
+      load_v(it);
+      CpAsyncCommit();
+      CpAsyncWait<1>();  // K(it), V(it-1)
+      FenceProxyAsync();
+      __syncthreads();
       FenceRegs<kNO>(acc_o);
+      FenceRegs<kBlockN / 4>(&a[0][0]);
       WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t dv = MakeSmemDesc(s_vs + kk * 16 * 64, kBlockN * 64 * 2, 1024);
-        WgmmaRS<T, kD, 1>::Run(acc_o, a[kk], dv, 1);
-      }
-      WgmmaCommit();
+      issue_s(it);
+      issue_pv(it - 1);
+      WgmmaWait<1>();  // S(it) done, P V may still run
+      FenceRegs<kNS>(s);
+      softmax(it);
       WgmmaWait<0>();
       FenceRegs<kNO>(acc_o);
       FenceRegs<kBlockN / 4>(&a[0][0]);
-      __syncthreads();  // the next iteration's copy overwrites this stage
+      rescale_o_and_pack_p();
     }
+    CpAsyncWait<0>();  // V(n_blocks - 1)
+    FenceProxyAsync();
+    __syncthreads();
+    FenceRegs<kNO>(acc_o);
+    FenceRegs<kBlockN / 4>(&a[0][0]);
+    WgmmaFence();
+    issue_pv(n_blocks - 1);
+    WgmmaWait<0>();
+    FenceRegs<kNO>(acc_o);
+    FenceRegs<kBlockN / 4>(&a[0][0]);
   }
 
   // Epilogue: O = acc / l, LSE = max + log(l); empty rows get O = 0, LSE = -inf.
