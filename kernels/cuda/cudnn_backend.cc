@@ -237,16 +237,11 @@ class CudnnBackend final : public CudnnAttentionBackend {
       if (!direct_lse) CUDNN_BE_CUDA_CHECK(CopyStat(lse_dst, lse, st), "copy lse");
       return absl::OkStatus();
     }
-    ASSIGN_OR_RETURN(void* p32, o_f32_.Get(q.batch * q.rows * q.heads * q.head_dim * sizeof(float)));
-    const TensorView o32 = DenseLike(q, p32, DType::kF32);
-    RETURN_IF_ERROR(cuda_->Convert(o_dst, o32, st));
-    MergeArgs m;
-    m.out_a = out;
-    m.lse_a = lse;
-    m.out_b = o32;
-    m.lse_b = lse_dst;
-    m.stream = st;
-    return cuda_->Merge(m);
+    CUDNN_BE_CUDA_CHECK(cudnn::LaunchMergeInto(ShapeOf(out), Rows(o_dst), lse_dst.data, lse_dst.BatchStride(),
+                                               lse_dst.HeadStride(), Rows(out), lse.data, lse.BatchStride(),
+                                               lse.HeadStride(), st),
+                        "merge into the partial");
+    return absl::OkStatus();
   }
 
   // cuDNN writes this unit's dQ, dK, dV (q's dtype) into scratch; they are added into the fp32
@@ -264,7 +259,8 @@ class CudnnBackend final : public CudnnAttentionBackend {
       o_in = DenseLike(q, p, q.dtype);
       RETURN_IF_ERROR(cuda_->Convert(out, o_in, st));
     }
-    if (!StatFits(lse)) {
+    // cuDNN before 9.26 reads the backward's Stats only as a packed [B, H, S, 1] tensor.
+    if (!Aligned16(lse.data) || lse.HeadStride() != lse.rows || lse.BatchStride() != lse.heads * lse.rows) {
       ASSIGN_OR_RETURN(void* p, lse_tmp_.Get(q.batch * q.heads * q.rows * sizeof(float)));
       const RowStatView dense = DenseStat(q.batch, q.heads, q.rows, p);
       CUDNN_BE_CUDA_CHECK(CopyStat(lse, dense, st), "copy lse");
@@ -328,7 +324,7 @@ class CudnnBackend final : public CudnnAttentionBackend {
   int device_;
   std::unique_ptr<AttentionBackend> cuda_;
   std::unique_ptr<cudnn::SdpaGraphs> graphs_;
-  GrowBuffer o_lo_, o_f32_, lse_tmp_, dq_lo_, dk_lo_, dv_lo_;
+  GrowBuffer o_lo_, lse_tmp_, dq_lo_, dk_lo_, dv_lo_;
   cudaEvent_t last_use_ = nullptr;
   cudaStream_t last_stream_ = nullptr;
   CudnnBackendCounters counters_;

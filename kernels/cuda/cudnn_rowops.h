@@ -26,6 +26,12 @@ struct RowsShape {
 // dst += src element by element; dst is fp32, src bf16 or f16 (or fp32).
 cudaError_t LaunchAddInto(const RowsShape& s, const RowsView& src, const RowsView& dst, cudaStream_t stream);
 
+// (out, lse) <- LSE-merge((out, lse), (part, part_lse)): out fp32, part bf16/f16/f32, both LSE
+// fp32 BHS (natural log). Rows where both LSE are -inf get 0 and -inf. One fused pass.
+cudaError_t LaunchMergeInto(const RowsShape& s, const RowsView& part, const float* part_lse, int64_t part_lse_bs,
+                            int64_t part_lse_hs, const RowsView& out, float* lse, int64_t lse_bs, int64_t lse_hs,
+                            cudaStream_t stream);
+
 // For rows [0, s.rows): out = 0 (any dtype) and lse[b, h, r] = -inf (lse fp32, BHS strides).
 cudaError_t LaunchMarkEmptyRows(const RowsShape& s, const RowsView& out, float* lse, int64_t lse_batch_stride,
                                 int64_t lse_head_stride, cudaStream_t stream);
