@@ -20,10 +20,12 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration d) {
 }  // namespace
 
 Registrar::Registrar(std::string coordinator_address, v1::RegisterWorkerRequest registration,
-                     std::function<int64_t()> memory_used)
+                     std::function<int64_t()> memory_used,
+                     std::function<void()> on_forgotten)
     : coordinator_(std::move(coordinator_address)),
       registration_(std::move(registration)),
       memory_used_(std::move(memory_used)),
+      on_forgotten_(std::move(on_forgotten)),
       stub_(v1::Coordinator::NewStub(
           grpc::CreateChannel(coordinator_, grpc::InsecureChannelCredentials()))) {}
 
@@ -103,7 +105,10 @@ void Registrar::Loop() {
       if (resp.lease_ms() > 0) lease = absl::Milliseconds(resp.lease_ms());
     } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
       std::cerr << "dfa-worker " << registration_.worker_id()
-                << ": coordinator does not know us (restarted?); registering again" << std::endl;
+                << ": coordinator does not know us (restarted, or our lease ran out); dropping "
+                   "our sessions and registering again"
+                << std::endl;
+      if (on_forgotten_) on_forgotten_();
       registered = false;
     }
     // Other errors (coordinator down): keep heartbeating; a restarted one answers NOT_FOUND.

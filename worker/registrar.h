@@ -19,9 +19,12 @@ namespace dfa {
 
 class Registrar {
  public:
-  // `memory_used` is called for every heartbeat.
+  // `memory_used` is called for every heartbeat. `on_forgotten` runs (on the registrar's
+  // thread) when the coordinator answers a heartbeat with NOT_FOUND, before registering again:
+  // the coordinator then treats this worker's sessions as lost (and a restarted one never knew
+  // them), so the daemon drops them and frees their memory.
   Registrar(std::string coordinator_address, v1::RegisterWorkerRequest registration,
-            std::function<int64_t()> memory_used);
+            std::function<int64_t()> memory_used, std::function<void()> on_forgotten = {});
   ~Registrar();
 
   void Start();
@@ -38,6 +41,7 @@ class Registrar {
   const std::string coordinator_;
   const v1::RegisterWorkerRequest registration_;
   std::function<int64_t()> memory_used_;
+  std::function<void()> on_forgotten_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

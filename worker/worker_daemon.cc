@@ -165,13 +165,13 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()> make_backend =
       [name = impl->backend_name, bo]() { return CreateBackend(name, bo); };
 #ifdef DFA_HAVE_NCCL
-  if (impl->backend_name == "cuda") {
+  if (impl->backend_name == "cuda" || impl->backend_name == "cudnn") {
     // Sessions of a GPU worker live in one device memory pool (worker/gpu/): no cudaMalloc or
     // cudaFree inside a job. Its size is the memory limit (default: free device memory).
     std::shared_ptr<DeviceMemoryPool> pool;
     auto factory = MakePooledCudaBackendFactory(
         bo, static_cast<size_t>(std::max<int64_t>(0, o.memory_limit_bytes)), size_t{8} << 30,
-        &pool);
+        &pool, impl->backend_name);
     if (!factory.ok()) return factory.status();
     make_backend = *std::move(factory);
     limit = static_cast<int64_t>(pool->capacity());
@@ -241,8 +241,14 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
     reg.set_speed(o.speed);
     for (const std::string& t : SupportedTransports(impl->backend_name)) reg.add_transports(t);
     MemoryBudget* budget = impl->budget.get();
-    impl->registrar = std::make_unique<Registrar>(o.coordinator, std::move(reg),
-                                                  [budget] { return budget->used(); });
+    SessionRegistry* sessions = impl->sessions.get();
+    WorkerServiceImpl* service = impl->service.get();
+    impl->registrar = std::make_unique<Registrar>(
+        o.coordinator, std::move(reg), [budget] { return budget->used(); },
+        [sessions, service] {
+          sessions->CloseAll();
+          service->UpdateGauges();
+        });
     impl->registrar->Start();
   }
   return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(impl)));

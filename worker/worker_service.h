@@ -22,6 +22,8 @@ class WorkerServiceImpl final : public v1::Worker::Service {
                     WorkerMetrics* metrics)
       : sessions_(sessions), jobs_(jobs), budget_(budget), metrics_(metrics) {}
 
+  // Refreshes the sessions / memory gauges (thread-safe).
+  void UpdateGauges();
   // Attaches metrics (before the service is reachable; see worker_daemon.cc).
   void set_metrics(WorkerMetrics* m) { metrics_ = m; }
 
@@ -45,7 +47,6 @@ class WorkerServiceImpl final : public v1::Worker::Service {
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& st);
-  void UpdateGauges();
   absl::Status DoUpload(grpc::ServerReader<v1::UploadRequest>* reader, v1::UploadResponse* resp);
   absl::Status DoDownload(const v1::DownloadRequest& req,
                           grpc::ServerWriter<v1::TensorChunk>* writer);

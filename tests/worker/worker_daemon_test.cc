@@ -10,7 +10,11 @@
 #include <string>
 #include <thread>
 
+#include "coordinator/planner/plan_proto.h"
+#include "coordinator/planner/planner.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
+#include "dfa/v1/worker.grpc.pb.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -20,8 +24,8 @@
 namespace dfa {
 namespace {
 
-// Registers workers; answers the heartbeats after the first `forget_after` with NOT_FOUND once,
-// as a restarted coordinator would.
+// Registers workers; answers one heartbeat with NOT_FOUND when `forget` is set, as a restarted
+// coordinator would.
 class FakeCoordinator final : public v1::Coordinator::Service {
  public:
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
@@ -35,11 +39,13 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   }
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
                          v1::HeartbeatResponse* resp) override {
-    if (++heartbeats == 3) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown worker");
+    ++heartbeats;
+    if (forget.exchange(false)) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown worker");
     resp->set_lease_ms(150);
     return grpc::Status::OK;
   }
   std::atomic<int> registrations{0}, heartbeats{0};
+  std::atomic<bool> forget{false};
   std::string last_id, last_address;
   bool has_ucx = false;
 };
@@ -59,10 +65,43 @@ TEST(WorkerDaemonTest, RegistersHeartbeatsAndRegistersAgainAfterNotFound) {
   o.threads = 1;
   auto d = WorkerDaemon::Start(o);
   ASSERT_TRUE(d.ok()) << d.status();
+  for (int i = 0; i < 100 && fake.heartbeats < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(fake.registrations.load(), 1);
+  // A session is open when the coordinator forgets us: it is dropped (its memory freed).
+  auto stub = v1::Worker::NewStub(
+      grpc::CreateChannel((*d)->address(), grpc::InsecureChannelCredentials()));
+  v1::OpenSessionRequest open;
+  open.set_session_id("s1");
+  open.mutable_spec()->set_batch(1);
+  open.mutable_spec()->set_q_heads(1);
+  open.mutable_spec()->set_kv_heads(1);
+  open.mutable_spec()->set_head_dim(8);
+  open.mutable_spec()->set_seq_len(16);
+  open.mutable_spec()->set_dtype(v1::DTYPE_F32);
+  open.mutable_spec()->set_causal(true);
+  PlanRequest pr;
+  pr.workers = 1;
+  pr.seq_len = 16;
+  PlanToProto(*MakePlan(pr), open.mutable_plan());
+  {
+    grpc::ClientContext ctx;
+    v1::OpenSessionResponse resp;
+    ASSERT_TRUE(stub->OpenSession(&ctx, open, &resp).ok());
+  }
+  fake.forget = true;
   for (int i = 0; i < 100 && fake.registrations < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_GE(fake.registrations.load(), 2);
+  {
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest close;
+    close.set_session_id("s1");
+    v1::CloseSessionResponse resp;
+    EXPECT_EQ(stub->CloseSession(&ctx, close, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  EXPECT_EQ(fake.registrations.load(), 2);
   EXPECT_GE(fake.heartbeats.load(), 3);
   EXPECT_EQ(fake.last_id, "w-test");
   EXPECT_EQ(fake.last_address, (*d)->address());
