@@ -388,6 +388,52 @@ TEST_F(WorkerServiceTest, TwoWorkerForwardAndBackwardMatchReference) {
   for (size_t i = 0; i < dv.size(); ++i) ASSERT_NEAR(dv[i], grads->dv[i], 1e-4) << i;
 }
 
+// Two sessions (two clients) on the same two workers run their jobs at the same time: each has
+// its own backend and UCX transport, and both results are right.
+TEST_F(WorkerServiceTest, TwoSessionsRunConcurrentlyOnTheSameWorkers) {
+  Start(2);
+  const int64_t S = 64;
+  const v1::Plan plan = ProtoPlan(2, S, false, "ring");
+  const v1::AttentionSpec spec = Spec(S, /*causal=*/false);
+  std::vector<std::string> addrs[2] = {OpenAll("x", spec, plan), OpenAll("y", spec, plan)};
+  for (const char* id : {"x", "y"}) {
+    for (int w = 0; w < 2; ++w) {
+      grpc::ClientContext ctx;
+      v1::GenerateInputsRequest g;
+      g.set_session_id(id);
+      g.set_client_id("client-a");
+      g.set_seed(id[0]);
+      v1::GenerateInputsResponse gr;
+      ASSERT_TRUE(stubs_[w]->GenerateInputs(&ctx, g, &gr).ok());
+    }
+  }
+  std::vector<grpc::Status> st[2];
+  std::vector<v1::WorkerJobStats> stats[2];
+  std::thread tx([&] { st[0] = RunAll("x", "jx", v1::JOB_FORWARD, addrs[0], &stats[0]); });
+  std::thread ty([&] { st[1] = RunAll("y", "jy", v1::JOB_FORWARD, addrs[1], &stats[1]); });
+  tx.join();
+  ty.join();
+  for (int k = 0; k < 2; ++k) {
+    for (const auto& s : st[k]) ASSERT_TRUE(s.ok()) << s.error_message();
+    const uint64_t seed = k == 0 ? 'x' : 'y';
+    std::vector<float> q(2 * S * 4 * 16), kk(2 * S * 2 * 16), v(kk.size());
+    FillSynthetic(seed, v1::TENSOR_Q, 2, 0, S, 4, 16, DType::kF32, q.data());
+    FillSynthetic(seed, v1::TENSOR_K, 2, 0, S, 2, 16, DType::kF32, kk.data());
+    FillSynthetic(seed, v1::TENSOR_V, 2, 0, S, 2, 16, DType::kF32, v.data());
+    reference::Problem p;
+    p.q = {q.data(), DType::kF32, 2, S, 4, 16};
+    p.k = {kk.data(), DType::kF32, 2, S, 2, 16};
+    p.v = {v.data(), DType::kF32, 2, S, 2, 16};
+    p.mask = MaskKind::kFull;
+    p.scale = 0.25;
+    auto ref = reference::Forward(p);
+    ASSERT_TRUE(ref.ok());
+    std::vector<float> o(q.size(), NAN);
+    for (int w = 0; w < 2; ++w) DownloadInto(w, k == 0 ? "x" : "y", v1::TENSOR_O, 4, S, 2, &o, false);
+    for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], ref->out[i], 2e-5) << i;
+  }
+}
+
 TEST_F(WorkerServiceTest, SharedMemoryRoundTripAndBadNames) {
   Start(1);
   const v1::Plan plan = ProtoPlan(1, 64, true, "ring");
