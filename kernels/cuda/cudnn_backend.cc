@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -134,6 +135,7 @@ class CudnnBackend final : public CudnnAttentionBackend {
   std::string_view Name() const override { return "cudnn"; }
   CudnnBackendCounters Counters() const override { return counters_; }
   std::string CudnnVersion() const override { return graphs_->LibraryVersion(); }
+  void SetOutFromDelta(bool enabled) override { out_from_delta_ = enabled; }
 
   absl::Status Forward(const ForwardArgs& a) override {
     RETURN_IF_ERROR(ValidateForward(a));
@@ -164,11 +166,12 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
   absl::Status Backward(const BackwardArgs& a) override {
     RETURN_IF_ERROR(ValidateBackward(a));
-    std::string why = a.out.data == nullptr ? "BackwardArgs.out (final O) not given" : Unfit(a.q, "q");
+    std::string why = a.out.data == nullptr && !out_from_delta_ ? "BackwardArgs.out (final O) not given"
+                                                                : Unfit(a.q, "q");
     if (why.empty()) why = Unfit(a.k, "k");
     if (why.empty()) why = Unfit(a.v, "v");
     if (why.empty()) why = Unfit(a.dout, "dout");
-    if (why.empty() && a.out.dtype != DType::kF32) why = Unfit(a.out, "out");
+    if (why.empty() && a.out.data != nullptr && a.out.dtype != DType::kF32) why = Unfit(a.out, "out");
     if (!why.empty()) return FallbackBackward(a, why);
     const cudnn::UnitGeometry g =
         cudnn::PlanUnit(a.q_row0, a.q.rows, a.kv_row0, a.k.rows, a.mask == MaskKind::kCausal);
@@ -248,16 +251,25 @@ class CudnnBackend final : public CudnnAttentionBackend {
   // accumulators of the rows and keys the unit covers.
   absl::Status BackwardRows(const BackwardArgs& a, const cudnn::UnitGeometry& g, cudaStream_t st) {
     const TensorView q = a.q.Slice(g.row0, g.rows), dout = a.dout.Slice(g.row0, g.rows);
-    const TensorView out = a.out.Slice(g.row0, g.rows), dq = a.dq.Slice(g.row0, g.rows);
+    const TensorView dq = a.dq.Slice(g.row0, g.rows);
     const TensorView k = a.k.Slice(0, g.kv_rows), v = a.v.Slice(0, g.kv_rows);
     const TensorView dk = a.dk.Slice(0, g.kv_rows), dv = a.dv.Slice(0, g.kv_rows);
     RowStatView lse = a.lse.Slice(g.row0, g.rows);
     const size_t esize = DTypeSize(q.dtype);
-    TensorView o_in = out;
-    if (out.dtype != q.dtype) {
+    TensorView o_in;
+    if (a.out.data == nullptr) {  // stand-in O from D (SetOutFromDelta)
       ASSIGN_OR_RETURN(void* p, o_lo_.Get(q.batch * q.rows * q.heads * q.head_dim * esize));
       o_in = DenseLike(q, p, q.dtype);
-      RETURN_IF_ERROR(cuda_->Convert(out, o_in, st));
+      const RowStatView delta = a.delta.Slice(g.row0, g.rows);
+      CUDNN_BE_CUDA_CHECK(cudnn::LaunchOutFromDelta(ShapeOf(dout), Rows(dout), delta.data, delta.BatchStride(),
+                                                    delta.HeadStride(), Rows(o_in), st),
+                          "stand-in O from delta");
+    } else if (a.out.dtype != q.dtype) {
+      ASSIGN_OR_RETURN(void* p, o_lo_.Get(q.batch * q.rows * q.heads * q.head_dim * esize));
+      o_in = DenseLike(q, p, q.dtype);
+      RETURN_IF_ERROR(cuda_->Convert(a.out.Slice(g.row0, g.rows), o_in, st));
+    } else {
+      o_in = a.out.Slice(g.row0, g.rows);
     }
     // cuDNN before 9.26 reads the backward's Stats only as a packed [B, H, S, 1] tensor.
     if (!Aligned16(lse.data) || lse.HeadStride() != lse.rows || lse.BatchStride() != lse.heads * lse.rows) {
@@ -328,6 +340,10 @@ class CudnnBackend final : public CudnnAttentionBackend {
   cudaEvent_t last_use_ = nullptr;
   cudaStream_t last_stream_ = nullptr;
   CudnnBackendCounters counters_;
+  bool out_from_delta_ = [] {
+    const char* env = std::getenv("DFA_CUDNN_OUT_FROM_DELTA");
+    return env != nullptr && env[0] == '1';
+  }();
 };
 
 }  // namespace

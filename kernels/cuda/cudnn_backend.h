@@ -35,6 +35,11 @@ class CudnnAttentionBackend : public AttentionBackend {
   virtual CudnnBackendCounters Counters() const = 0;
   // Version of the libcudnn loaded at run time, e.g. "9.19.0".
   virtual std::string CudnnVersion() const = 0;
+  // Backward without BackwardArgs::out (helpers hold dO, LSE and D but not O): false runs such
+  // units on our CUDA kernels; true runs them on cuDNN with a stand-in O built from `delta`
+  // (LaunchOutFromDelta in cudnn_rowops.h; as precise as a bf16-rounded real O). Default: the
+  // environment variable DFA_CUDNN_OUT_FROM_DELTA=1, else false (not yet verified on a GPU).
+  virtual void SetOutFromDelta(bool enabled) = 0;
 };
 
 // UNAVAILABLE when there is no usable GPU or libcudnn (9.x) cannot be loaded

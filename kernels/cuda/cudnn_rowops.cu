@@ -112,6 +112,26 @@ __global__ void MergeIntoKernel(const RowsShape s, const RowsView part, const fl
   if (lane == 0) *l_a = mx + logf(wa + wb);
 }
 
+// One warp per (b, r, h) row: sum of squares, then the scaled copy.
+template <typename T>
+__global__ void OutFromDeltaKernel(const RowsShape s, const RowsView dout, const float* delta, int64_t dbs,
+                                   int64_t dhs, const RowsView o) {
+  const int64_t w = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32;
+  if (w >= int64_t{s.batch} * s.rows * s.heads) return;
+  const int64_t h = w % s.heads, r = (w / s.heads) % s.rows, b = w / (s.heads * s.rows);
+  const int lane = threadIdx.x & 31;
+  const T* src = static_cast<const T*>(dout.data) + b * dout.batch_stride + r * dout.row_stride + h * s.head_dim;
+  T* dst = static_cast<T*>(o.data) + b * o.batch_stride + r * o.row_stride + h * s.head_dim;
+  float sq = 0.f;
+  for (int d = lane; d < s.head_dim; d += 32) {
+    const float x = static_cast<float>(src[d]);
+    sq += x * x;
+  }
+  for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+  const float c = sq > 0.f ? delta[b * dbs + h * dhs + r] / sq : 0.f;
+  for (int d = lane; d < s.head_dim; d += 32) dst[d] = static_cast<T>(c * static_cast<float>(src[d]));
+}
+
 int Blocks(int64_t total) {
   const int64_t b = (total + kThreads - 1) / kThreads;
   return static_cast<int>(b < 65536 ? (b > 0 ? b : 1) : 65536);
@@ -159,6 +179,19 @@ cudaError_t LaunchMergeInto(const RowsShape& s, const RowsView& part, const floa
   if (warps == 0) return cudaSuccess;
   MergeIntoKernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(s, part, part_lse, part_lse_bs,
                                                                              part_lse_hs, out, lse, lse_bs, lse_hs);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchOutFromDelta(const RowsShape& s, const RowsView& dout, const float* delta, int64_t delta_bs,
+                               int64_t delta_hs, const RowsView& o, cudaStream_t stream) {
+  const int64_t warps = int64_t{s.batch} * s.rows * s.heads;
+  if (warps == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>((warps + 7) / 8);
+  if (dout.dtype == 2) {
+    OutFromDeltaKernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(s, dout, delta, delta_bs, delta_hs, o);
+  } else {
+    OutFromDeltaKernel<__half><<<blocks, 256, 0, stream>>>(s, dout, delta, delta_bs, delta_hs, o);
+  }
   return cudaGetLastError();
 }
 

@@ -32,6 +32,14 @@ cudaError_t LaunchMergeInto(const RowsShape& s, const RowsView& part, const floa
                             int64_t part_lse_hs, const RowsView& out, float* lse, int64_t lse_bs, int64_t lse_hs,
                             cudaStream_t stream);
 
+// A stand-in for the final O when only D = rowsum(dO * O) is known: o = round(c * dout) with
+// c = delta / rowsum(dout^2) per (b, r, h) row (0 when dout's row is 0), so rowsum(dout * o) =
+// delta up to the rounding of o (relative 2^-9 / sqrt(head_dim) in bf16, like rounding the real
+// O), and |o| <= |O| row-wise (Cauchy-Schwarz), so it cannot overflow f16 where O does not.
+// dout and o: bf16/f16 of one dtype; delta fp32 BHS.
+cudaError_t LaunchOutFromDelta(const RowsShape& s, const RowsView& dout, const float* delta, int64_t delta_bs,
+                               int64_t delta_hs, const RowsView& o, cudaStream_t stream);
+
 // For rows [0, s.rows): out = 0 (any dtype) and lse[b, h, r] = -inf (lse fp32, BHS strides).
 cudaError_t LaunchMarkEmptyRows(const RowsShape& s, const RowsView& out, float* lse, int64_t lse_batch_stride,
                                 int64_t lse_head_stride, cudaStream_t stream);

@@ -284,8 +284,9 @@ TEST_F(CudnnBackendTest, ChunkedSequenceWithAccumulateEqualsWholeSequence) {
   EXPECT_EQ(be_->Counters().fallback_backward, 0) << be_->Counters().last_fallback_reason;
 }
 
-// Without the final O cuDNN cannot form D: the unit runs on our CUDA kernels, still exact.
+// Without the final O (and no stand-in from D) the unit runs on our CUDA kernels, still exact.
 TEST_F(CudnnBackendTest, BackwardWithoutFinalOFallsBackToOurKernels) {
+  be_->SetOutFromDelta(false);
   const UnitShape s = Shape(DType::kF16, 64, 100, 150, 2, 2, 10, 50, MaskKind::kCausal);
   const Inputs in = MakeInputs(s, 99);
   const float scale = 0.125f;
@@ -334,6 +335,55 @@ TEST_F(CudnnBackendTest, BackwardWithoutFinalOFallsBackToOurKernels) {
   EXPECT_LT(RelError(Download<float>(dq, nq), ref.dq), 6 * Eps(s.dtype));
   EXPECT_LT(RelError(Download<float>(dk, nk), ref.dk), 6 * Eps(s.dtype));
   EXPECT_LT(RelError(Download<float>(dv, nk), ref.dv), 4 * Eps(s.dtype));
+}
+
+// With SetOutFromDelta the same unit runs on cuDNN from a stand-in O built from D, as precise.
+TEST_F(CudnnBackendTest, BackwardFromDeltaWithoutFinalORunsOnCudnn) {
+  be_->SetOutFromDelta(true);
+  for (const UnitShape& s : {Shape(DType::kBF16, 128, 160, 200, 4, 2, 100, 0, MaskKind::kCausal),
+                             Shape(DType::kF16, 64, 100, 150, 2, 2, 10, 50, MaskKind::kCausal)}) {
+    SCOPED_TRACE(Describe(s));
+    const Inputs in = MakeInputs(s, 123);
+    const float scale = 1.f / std::sqrt(float(s.head_dim));
+    const auto ref = ReferenceAttention(s, in.q, in.k, in.v, &in.dout, scale);
+    const size_t nq = in.q.size(), nk = in.k.size(), nstat = size_t(s.batch) * s.q_heads * s.m;
+    void* q = Upload(in.qb.data(), nq * 2);
+    void* k = Upload(in.kb.data(), nk * 2);
+    void* v = Upload(in.vb.data(), nk * 2);
+    void* dout = Upload(in.dob.data(), nq * 2);
+    // The reference's own O and LSE (rounded to fp32) stand for the final ones.
+    std::vector<float> lse_ref(nstat), out_ref(nq);
+    for (size_t i = 0; i < nstat; ++i) lse_ref[i] = float(ref.lse[i]);
+    for (size_t i = 0; i < nq; ++i) out_ref[i] = float(ref.out[i]);
+    float* lse = static_cast<float*>(Upload(lse_ref.data(), nstat * 4));
+    float* out = static_cast<float*>(Upload(out_ref.data(), nq * 4));
+    float* delta = Filled(nstat, NAN);
+    ASSERT_TRUE(be_->ComputeDelta(View(dout, s.dtype, s, false), View(out, DType::kF32, s, false), Stat(delta, s),
+                                  nullptr).ok());
+    float* dq = Filled(nq, 0.f);
+    float* dk = Filled(nk, 0.f);
+    float* dv = Filled(nk, 0.f);
+    BackwardArgs bw;
+    bw.scale = scale;
+    bw.mask = s.mask;
+    bw.q = View(q, s.dtype, s, false);
+    bw.k = View(k, s.dtype, s, true);
+    bw.v = View(v, s.dtype, s, true);
+    bw.q_row0 = s.q_row0;
+    bw.kv_row0 = s.kv_row0;
+    bw.dout = View(dout, s.dtype, s, false);
+    bw.lse = Stat(lse, s);
+    bw.delta = Stat(delta, s);
+    bw.dq = View(dq, DType::kF32, s, false);
+    bw.dk = View(dk, DType::kF32, s, true);
+    bw.dv = View(dv, DType::kF32, s, true);
+    const CudnnBackendCounters before = be_->Counters();
+    ASSERT_TRUE(be_->Backward(bw).ok());
+    EXPECT_EQ(be_->Counters().cudnn_backward, before.cudnn_backward + 1) << be_->Counters().last_fallback_reason;
+    EXPECT_LT(RelError(Download<float>(dq, nq), ref.dq), 8 * Eps(s.dtype));
+    EXPECT_LT(RelError(Download<float>(dk, nk), ref.dk), 8 * Eps(s.dtype));
+    EXPECT_LT(RelError(Download<float>(dv, nk), ref.dv), 6 * Eps(s.dtype));
+  }
 }
 
 // Same unit through "cuda" and "cudnn": outputs and LSE agree within the dtype's precision.

@@ -2,6 +2,7 @@
 # tests/gpu/CMakeLists.txt. The geometry test is pure CPU arithmetic and always runs; the backend
 # test and the benchmark exist when the backend is built (the test skips without GPU/libcudnn).
 dfa_test(cudnn_unit_geometry_test SOURCES cudnn_unit_geometry_test.cc LIBS dfa_kernels LABELS kernels)
+dfa_test(cudnn_interface_test SOURCES cudnn_interface_test.cc LIBS dfa_kernels LABELS kernels)
 if(TARGET dfa_kernels_cudnn)
   dfa_test(cudnn_backend_test SOURCES cudnn_backend_test.cc LIBS dfa_kernels dfa_kernels_cudnn LABELS gpu)
   add_executable(dfa_cudnn_bench cudnn_bench.cc)
