@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
       LoadTileSw128<kBlockN, kD, kThreads>(s_v + (it & 1) * Cfg::kKVElems, v_g + n0 * p.v_row_stride,
                                            p.v_row_stride, static_cast<int>(Min64(kBlockN, p.n - n0)), tid);
     };
-    float s[kNS];
+    float s[kNS], pr[kNS];  // scores, probabilities
     uint32_t a[kBlockN / 16][4];
     float corr[2] = {1.f, 1.f};
     auto issue_s = [&](int it) {  // S = Q K(it)^T for this warpgroup's 64 query rows
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const float pv = FastExp2(s[4 * j + 2 * hf + e] * scale_log2 - ref);
-            s[4 * j + 2 * hf + e] = pv;
+            pr[4 * j + 2 * hf + e] = pv;
             sum += pv;
           }
         row_sum[hf] = row_sum[hf] * corr[hf] + sum;
@@ -148,10 +148,10 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
       }
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        a[kk][0] = Tr::Pack(s[8 * kk + 0], s[8 * kk + 1]);
-        a[kk][1] = Tr::Pack(s[8 * kk + 2], s[8 * kk + 3]);
-        a[kk][2] = Tr::Pack(s[8 * kk + 4], s[8 * kk + 5]);
-        a[kk][3] = Tr::Pack(s[8 * kk + 6], s[8 * kk + 7]);
+        a[kk][0] = Tr::Pack(pr[8 * kk + 0], pr[8 * kk + 1]);
+        a[kk][1] = Tr::Pack(pr[8 * kk + 2], pr[8 * kk + 3]);
+        a[kk][2] = Tr::Pack(pr[8 * kk + 4], pr[8 * kk + 5]);
+        a[kk][3] = Tr::Pack(pr[8 * kk + 6], pr[8 * kk + 7]);
       }
     };
 
@@ -189,6 +189,11 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
       WgmmaWait<1>();  // S(it) done, P V may still run
       FenceRegs<kNS>(s);
       softmax(it);
+      // ptxas hoists the wait above the softmax (no data dependence between them), which would
+      // serialise softmax and P V; a warpgroup-local named barrier pins the order.
+      FenceRegs<kNS>(pr);
+      FenceRegs<2>(row_sum);
+      NamedBarrierSync(1 + wg, 128);
       WgmmaWait<0>();
       FenceRegs<kNO>(acc_o);
       FenceRegs<kBlockN / 4>(&a[0][0]);
