@@ -49,40 +49,52 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
 
   std::vector<double> start_prev(P, 0), end_prev(P, 0);  // step t-1's compute start / end
   std::vector<double> out_free(P, 0), in_free(P, 0);
-  for (size_t t = 0; t < steps; ++t) {
-    // When each worker posts step t: recvs and non-partials at step t-1's start, partials at its
-    // end (step 0: everything at time 0).
-    std::vector<Message> msgs;
-    for (int w = 0; w < P; ++w) {
-      const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
-      if (t >= pass.size()) continue;
-      for (const Transfer& x : pass[t].sends) {
-        const double post_send = t == 0 ? 0 : (IsPartial(x.tensor) ? end_prev[w] : start_prev[w]);
-        const double post_recv = t == 0 ? 0 : start_prev[x.peer];
-        msgs.push_back({w, x.peer, post_send, post_recv,
-                        TransferBytes(p.shape, x.tensor, x.rows.size())});
-      }
-    }
+  // When the partials of the previous step are done on each worker (waited for before this step).
+  std::vector<double> partials_done(P, 0);
+  // Runs `msgs` over the links in posting order; returns when each worker's share is done.
+  auto transmit = [&](std::vector<Message>& msgs) {
     std::sort(msgs.begin(), msgs.end(), [](const Message& a, const Message& b) {
       return std::max(a.post_send, a.post_recv) < std::max(b.post_send, b.post_recv);
     });
-    std::vector<double> ready(P, 0);  // when step t's messages of each worker are done
+    std::vector<double> ready(P, 0);
     for (const Message& m : msgs) {
       double begin = std::max(m.post_send, m.post_recv);
       double done = begin;
       if (p.bandwidth_bytes_per_second > 0) {
+        const double wire = static_cast<double>(m.bytes) / p.bandwidth_bytes_per_second;
         begin = std::max({begin, out_free[m.from], in_free[m.to]});
-        done = begin + p.latency_seconds + static_cast<double>(m.bytes) / p.bandwidth_bytes_per_second;
-        out_free[m.from] = in_free[m.to] = begin + static_cast<double>(m.bytes) / p.bandwidth_bytes_per_second;
+        done = begin + p.latency_seconds + wire;
+        out_free[m.from] = in_free[m.to] = begin + wire;
       }
       ready[m.from] = std::max(ready[m.from], done);
       ready[m.to] = std::max(ready[m.to], done);
       cost.workers[m.from].bytes_sent += m.bytes;
       cost.workers[m.to].bytes_received += m.bytes;
     }
+    return ready;
+  };
+  for (size_t t = 0; t < steps; ++t) {
+    // When each worker posts step t's messages: non-partials at step t-1's compute start, partials
+    // (sends and recvs, one later group) at its end; step 0: at time 0. Partials of step t are
+    // waited for before step t+1, so they overlap step t's compute.
+    std::vector<Message> early, late;
+    for (int w = 0; w < P; ++w) {
+      const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
+      if (t >= pass.size()) continue;
+      for (const Transfer& x : pass[t].sends) {
+        const int64_t bytes = TransferBytes(p.shape, x.tensor, x.rows.size());
+        if (IsPartial(x.tensor)) {
+          late.push_back({w, x.peer, t == 0 ? 0 : end_prev[w], t == 0 ? 0 : end_prev[x.peer], bytes});
+        } else {
+          early.push_back({w, x.peer, t == 0 ? 0 : start_prev[w], t == 0 ? 0 : start_prev[x.peer], bytes});
+        }
+      }
+    }
+    std::vector<double> ready = transmit(early);
+    const std::vector<double> late_done = transmit(late);
     for (int w = 0; w < P; ++w) {
       WorkerCost& wc = cost.workers[w];
-      const double start = std::max(end_prev[w], ready[w]);
+      const double start = std::max({end_prev[w], ready[w], partials_done[w]});
       const double idle = start - end_prev[w];
       wc.idle_seconds += idle;
       wc.busy_seconds += compute[w][t];
@@ -91,6 +103,16 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
       start_prev[w] = start;
       end_prev[w] = start + compute[w][t];
       wc.end_seconds = end_prev[w];
+    }
+    partials_done = late_done;
+  }
+  // The last step's partials are merged at the end of the pass.
+  for (int w = 0; w < P; ++w) {
+    WorkerCost& wc = cost.workers[w];
+    if (partials_done[w] > wc.end_seconds) {
+      wc.idle_seconds += partials_done[w] - wc.end_seconds;
+      if (!wc.step_idle_seconds.empty()) wc.step_idle_seconds.back() += partials_done[w] - wc.end_seconds;
+      wc.end_seconds = partials_done[w];
     }
   }
   for (const WorkerCost& wc : cost.workers) {

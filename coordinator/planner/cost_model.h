@@ -5,10 +5,14 @@
 // Communication: a message costs latency + bytes / bandwidth; each worker has one outgoing and
 // one incoming link, each carrying one message at a time. A message starts when both sides
 // have posted it.
-// Posting mirrors the PlanExecutor exactly: step t+1's receives and non-partial sends are posted
-// when step t's compute starts; step t+1's partial sends when step t's compute ends; step t's
-// compute starts when step t's messages are all done and step t-1's compute has ended. So step
-// t+1's transfers overlap step t's compute (double buffering).
+// Posting mirrors the PlanExecutor exactly: step t+1's non-partial receives and sends are posted
+// when step t's compute starts; step t+1's partial sends and receives when step t's compute
+// ends. Step t's compute starts when step t-1's compute has ended, step t's non-partial messages
+// are done and step t-1's partial messages are done. So step t+1's transfers overlap step t's
+// compute (double buffering) and a partial overlaps the compute of the step that sends it.
+// The last step's partials end the pass when they arrive. Messages are modelled on the two links
+// of each worker, in posting order; a transport that runs whole groups one after another (NCCL
+// on one stream) is a little more serial than that.
 // Makespan: when the last worker ends its last step. Ideal: total compute seconds of all units
 // at total speed (sum of speeds), i.e. perfect balance with free communication.
 #pragma once

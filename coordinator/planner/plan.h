@@ -3,8 +3,11 @@
 // planner makes them, the workers' PlanExecutor runs them, the simulator runs them in-process.
 //
 // Semantics of one pass (forward or backward) on worker w, step t:
-//  1. recvs[t] complete before computes[t] start. The executor posts them early (during step
-//     t-1's computes): that is the overlap of communication with computation.
+//  1. Non-partial recvs[t] complete before computes[t] start. The executor posts them early
+//     (during step t-1's computes): that is the overlap of communication with computation.
+//     Partial transfers of step t (sends and recvs) are posted when step t-1's computes end and
+//     complete before computes[t+1] (or the end of the pass): a partial is merged/added into the
+//     owner's accumulators one step after it is sent, so it travels during step t's computes.
 //  2. computes[t]: each op is one unit q_rows x kv_rows under the plan's mask. q_rows must lie
 //     inside one range w owns or one query-side buffer w has received (kQ forward, kGradIn
 //     backward, this step or earlier); kv_rows inside one owned range or one received kKV
@@ -21,7 +24,7 @@
 //  the same tensor and rows; all sends/recvs of a step are posted together (one NCCL group), so
 //  no ordering inside a step can deadlock. Between one pair of workers the messages of a step
 //  are posted in CanonicalTransferLess order on both sides (non-partials first: the executor
-//  posts step t+1's partial sends after step t's computes, the rest before them).
+//  posts step t+1's partial sends and recvs after step t's computes, the rest before them).
 //  A kQ/kKV/kGradIn send of rows not owned by the sender forwards (a part of) a buffer it
 //  received earlier. A partial buffer is sent exactly once, whole, to the owner of its rows, and
 //  no compute writes to it after that. Every visible (query, key) pair is computed exactly once

@@ -75,6 +75,8 @@ class PassRunner {
   absl::StatusOr<Buffer*> Partial(PlanTensor t, const RowRange& rows, int step);
   absl::Status PostEarly(int t);
   absl::Status PostLate(int t);
+  // Waits for step t's partial group and merges what it brought (one step after t's computes).
+  absl::Status FinishLate(int t);
   absl::Status Merge(const Buffer& arrival);
   absl::Status Compute(const ComputeOp& op, int t);
   absl::Status Launch(int64_t* counter, absl::Status s) {
@@ -162,20 +164,16 @@ absl::Status PassRunner::PostEarly(int t) {
   Group& g = early_[t];
   std::vector<TransportMessage> sends, recvs;
   for (const Transfer& x : Sorted(step.recvs)) {
+    if (IsPartial(x.tensor)) continue;  // received in the late group (PostLate)
     ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, NewBuffer(x.tensor, x.rows));
     for (size_t i = 0; i < b->parts.size(); ++i) {
       recvs.push_back({x.peer, b->parts[i]->get(),
                        static_cast<size_t>(ComponentBytes(Components(x.tensor, shape_)[i], shape_,
                                                           x.rows.size()))});
     }
-    cur_ = &stats_.steps[t];
     stats_.steps[t].bytes_received += b->bytes;
-    if (IsPartial(x.tensor)) {
-      g.arrivals.push_back(std::move(b));
-    } else {
-      b->free_after = LastUse(x, t);
-      received_.push_back(std::move(b));
-    }
+    b->free_after = LastUse(x, t);
+    received_.push_back(std::move(b));
   }
   for (const Transfer& x : Sorted(step.sends)) {
     if (IsPartial(x.tensor)) continue;
@@ -231,7 +229,19 @@ absl::Status PassRunner::PostEarly(int t) {
 }
 
 absl::Status PassRunner::PostLate(int t) {
-  std::vector<TransportMessage> sends;
+  Group& g = late_[t];
+  std::vector<TransportMessage> sends, recvs;
+  for (const Transfer& x : Sorted(pass()[t].recvs)) {
+    if (!IsPartial(x.tensor)) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, NewBuffer(x.tensor, x.rows));
+    std::vector<Component> comps = Components(x.tensor, shape_);
+    for (size_t i = 0; i < comps.size(); ++i) {
+      recvs.push_back({x.peer, b->parts[i]->get(),
+                       static_cast<size_t>(ComponentBytes(comps[i], shape_, x.rows.size()))});
+    }
+    stats_.steps[t].bytes_received += b->bytes;
+    g.arrivals.push_back(std::move(b));
+  }
   for (const Transfer& x : Sorted(pass()[t].sends)) {
     if (!IsPartial(x.tensor)) continue;
     Buffer* b = nullptr;
@@ -251,8 +261,19 @@ absl::Status PassRunner::PostLate(int t) {
       stats_.steps[t].bytes_sent += static_cast<int64_t>(bytes);
     }
   }
-  if (sends.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(late_[t].pending, transport_->Post(sends, {}, stream_));
+  if (sends.empty() && recvs.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(g.pending, transport_->Post(sends, recvs, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status PassRunner::FinishLate(int t) {
+  Group& g = late_[t];
+  if (g.pending != nullptr) {
+    absl::Status w = g.pending->Wait(stream_, opt_.step_timeout);
+    if (!w.ok()) return absl::Status(w.code(), absl::StrCat("step ", t, " partials: ", w.message()));
+  }
+  for (const auto& a : g.arrivals) RETURN_IF_ERROR(Merge(*a));
+  g = Group{};
   return absl::OkStatus();
 }
 
@@ -471,19 +492,16 @@ absl::StatusOr<PassStats> PassRunner::Run() {
       return absl::CancelledError(absl::StrCat("cancelled before step ", t));
     }
     double t0 = Now();
-    for (Group* g : {&early_[t], &late_[t]}) {
-      if (g->pending != nullptr) {
-        absl::Status w = g->pending->Wait(stream_, opt_.step_timeout);
-        if (!w.ok()) {
-          return absl::Status(w.code(), absl::StrCat("step ", t, ": ", w.message()));
-        }
-      }
+    if (early_[t].pending != nullptr) {
+      absl::Status w = early_[t].pending->Wait(stream_, opt_.step_timeout);
+      if (!w.ok()) return absl::Status(w.code(), absl::StrCat("step ", t, ": ", w.message()));
     }
+    early_[t] = Group{};
+    // Step t-1's partials were posted after step t-2's computes and travelled during step
+    // t-1's: waited for and merged only now (see the header).
+    if (t >= 1) RETURN_IF_ERROR(FinishLate(t - 1));
     double t1 = Now();
     s.idle_seconds = t1 - t0;
-    for (const auto& a : early_[t].arrivals) RETURN_IF_ERROR(Merge(*a));
-    early_[t] = Group{};
-    late_[t] = Group{};
     if (t + 1 < T) RETURN_IF_ERROR(PostEarly(t + 1));
     stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
     for (const ComputeOp& op : pass()[t].computes) {
@@ -501,6 +519,11 @@ absl::StatusOr<PassStats> PassRunner::Run() {
                                      return b->free_after < t;
                                    }),
                     partials_.end());
+  }
+  if (T > 0) {
+    const double t0 = Now();
+    RETURN_IF_ERROR(FinishLate(T - 1));
+    stats_.steps[T - 1].idle_seconds += Now() - t0;
   }
   if (fwd_ && out_acc_ != nullptr) {
     RETURN_IF_ERROR(backend_->Convert(out_view_, st_->o(), stream_));

@@ -1,12 +1,18 @@
 // PlanExecutor: runs ONE worker's steps of one pass (forward or backward) of a Plan
 // (coordinator/planner/plan.h) with an AttentionBackend and a Transport.
 //
-// Overlap (the paper's idea 2): step t+1's receives, and its sends whose data is already there
-// (owned rows, buffers received earlier), are posted as one transport group *before* step t
-// computes; sends of partials produced by step t's computes are posted as a second group right
-// after step t's computes are queued. The per-pair message order is the same on both sides
-// (non-partial tensors before partial ones, each sorted by tensor then rows), so the two groups
-// never deadlock. The executor itself never synchronises the host with the compute stream: a
+// Overlap (the paper's idea 2): step t+1's non-partial receives and sends (owned rows, buffers
+// received earlier) are posted as one transport group (the "early" group) *before* step t
+// computes, and waited for before step t+1 computes. Step t+1's partials (kOutPartial,
+// kDqPartial, kDkvPartial), sends and receives both, are posted as a second ("late") group right
+// after step t's computes are queued, and waited for (and merged into the accumulators) only at
+// the start of step t+2 (after the last step: at the end of the pass), so a partial travels
+// while the step that sends it computes and never delays it. Every worker posts the groups in
+// the same order (early t+1, late t+1, early t+2, ...) and each group's messages match only
+// messages of the same kind of group of the same step on the peers, so even a transport that
+// runs groups one after another (NCCL on one stream) cannot deadlock, including two workers
+// exchanging partials in one step. The per-pair message order inside a group is the plan's
+// canonical order on both sides. The executor itself never synchronises the host with the compute stream: a
 // GPU transport's Wait makes the stream wait on an event (host transports block, as they must).
 //
 // Wire format of a Transfer (each a contiguous, dense message; K/V at kv_heads, never expanded):
