@@ -7,9 +7,10 @@
 #      on 1 and on all GPUs, schedules ring/distflash/balanced, causal and full;
 # and stops every daemon before it returns (bounded waits everywhere).
 # Run from the repository root after tests/multigpu/pack_for_gpu.sh (programs in .gpu-service/).
-# Environment: OUT (results, default ./gpu-out), SEQS (default "32768 131072 262144"),
+# Environment: OUT (results, default ./gpu-out), SEQS (default "16384 32768 131072 262144"),
 #   SCHEDULES ("ring distflash balanced"), MASKS ("causal full"), GPUS (all), REPEAT (2),
-#   VERIFY_SEQ (4096), STEP_TIMEOUT (seconds per dfa command, 240).
+#   VERIFY_SEQ (4096), STEP_TIMEOUT (seconds per dfa command, 240),
+#   CONFIGS (lines "GPUS SCHEDULE causal|full SEQ" replacing the default grid).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -18,7 +19,7 @@ OUT=${OUT:-$root/gpu-out}
 mkdir -p "$OUT"
 bin=$root/.gpu-service/bin
 ngpu=${GPUS:-$(nvidia-smi -L | wc -l)}
-SEQS=${SEQS:-"32768 131072 262144"}
+SEQS=${SEQS:-"16384 32768 131072 262144"}
 SCHEDULES=${SCHEDULES:-"ring distflash balanced"}
 MASKS=${MASKS:-"causal full"}
 REPEAT=${REPEAT:-2}
@@ -93,13 +94,26 @@ bench() {  # bench GPUS SCHEDULE MASK SEQ
   echo "== exit $?"
 }
 {
-  for mask in $MASKS; do
-    for s in $SEQS; do
-      bench 1 balanced "$mask" "$s"
-      if ((ngpu > 1)); then
-        for sched in $SCHEDULES; do bench "$ngpu" "$sched" "$mask" "$s"; done
-      fi
+  if [ -n "${CONFIGS:-}" ]; then
+    echo "$CONFIGS"
+  else
+    # Default grid: 1 GPU (the schedule does not matter there), then every schedule on all GPUs.
+    for mask in $MASKS; do
+      for s in $SEQS; do
+        [[ $mask == full && $s -lt 32768 ]] && continue
+        [[ $s == 32768 || $s == 262144 ]] && echo "1 balanced $mask $s"
+        if ((ngpu > 1)); then
+          for sched in $SCHEDULES; do
+            # distflash is a causal schedule; for full attention it is the ring.
+            [[ $mask == full && $sched == distflash ]] && continue
+            [[ $mask == full && $s == 131072 ]] && continue
+            echo "$ngpu $sched $mask $s"
+          done
+        fi
+      done
     done
-  done
-} 2>&1 | tee "$OUT/bench.log" | grep -E '^==|^forward|^backward|worker [0-9]+:|rror'
+  fi
+} | while read -r g sched mask s; do
+  [ -n "$g" ] && bench "$g" "$sched" "$mask" "$s" </dev/null
+done 2>&1 | tee "$OUT/bench.log" | grep -E '^==|^forward|^backward|worker [0-9]+:|rror'
 python3 tests/multigpu/summarize_bench.py "$OUT/bench.log" | tee "$OUT/bench_table.md"

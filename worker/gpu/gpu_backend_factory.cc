@@ -7,16 +7,16 @@ namespace dfa {
 
 absl::StatusOr<BackendFactory> MakePooledCudaBackendFactory(
     const BackendOptions& options, size_t pool_bytes, size_t headroom_bytes,
-    std::shared_ptr<DeviceMemoryPool>* pool_out) {
+    std::shared_ptr<DeviceMemoryPool>* pool_out, std::string name) {
   // Probe first so that "no GPU" reads as the backend's own UNAVAILABLE.
-  ASSIGN_OR_RETURN(auto probe, CreateBackend("cuda", options));
+  ASSIGN_OR_RETURN(auto probe, CreateBackend(name, options));
   probe.reset();
   ASSIGN_OR_RETURN(auto pool, DeviceMemoryPool::Create(options.device, pool_bytes, headroom_bytes));
   std::shared_ptr<DeviceMemoryPool> shared(std::move(pool));
   if (pool_out != nullptr) *pool_out = shared;
   return BackendFactory(
-      [options, shared]() -> absl::StatusOr<std::unique_ptr<AttentionBackend>> {
-        ASSIGN_OR_RETURN(auto inner, CreateBackend("cuda", options));
+      [options, shared, name]() -> absl::StatusOr<std::unique_ptr<AttentionBackend>> {
+        ASSIGN_OR_RETURN(auto inner, CreateBackend(name, options));
         return std::unique_ptr<AttentionBackend>(new PooledBackend(std::move(inner), shared));
       });
 }

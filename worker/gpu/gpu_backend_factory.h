@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "kernels/attention_backend.h"
 
@@ -18,10 +19,11 @@ class DeviceMemoryPool;
 
 using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()>;
 
+// `options`/`name`: the device backend to wrap ("cuda", or "cudnn" where the kernels offer it).
 // `pool_bytes` 0: all free device memory but `headroom_bytes` (NCCL buffers, the context).
 // UNAVAILABLE without a usable GPU; RESOURCE_EXHAUSTED when the pool does not fit.
 absl::StatusOr<BackendFactory> MakePooledCudaBackendFactory(
     const BackendOptions& options, size_t pool_bytes, size_t headroom_bytes = size_t{8} << 30,
-    std::shared_ptr<DeviceMemoryPool>* pool_out = nullptr);
+    std::shared_ptr<DeviceMemoryPool>* pool_out = nullptr, std::string name = "cuda");
 
 }  // namespace dfa

@@ -34,6 +34,9 @@ class PooledBackend : public AttentionBackend {
   absl::Status Convert(const TensorView& src, const TensorView& dst, void* stream) override {
     return inner_->Convert(src, dst, stream);
   }
+  absl::Status Accumulate(const TensorView& src, const TensorView& dst, void* stream) override {
+    return inner_->Accumulate(src, dst, stream);
+  }
   absl::StatusOr<void*> Alloc(size_t bytes) override;
   void Free(void* p) override;
   absl::Status Copy(void* dst, const void* src, size_t bytes, CopyKind kind,
