@@ -120,6 +120,11 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
     const int m_valid = static_cast<int>(Min64(kBlockM, p.m - m_begin));
     const T* s_q = s_q_base + (item & 1) * Cfg::kQElems;
     const T* s_do = s_do_base + (item & 1) * Cfg::kQElems;
+    // The copies of this item are waited for and published first, and only then the next
+    // item's are issued: the proxy fence (MEMBAR) waits for every copy and load in flight.
+    CpAsyncWait<0>();
+    FenceProxyAsync();
+    __syncthreads();
     if (item + 1 < items) load_item(item + 1, (item + 1) & 1);
     CpAsyncCommit();
     // The next item's LSE / Delta are read now and stored at the end of this one.
@@ -127,9 +132,6 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
     if (tid < kBlockM && item + 1 < items) fetch_stats(item + 1, &next_l, &next_d);
     const float* s_lse_cur = s_lse + (item & 1) * kBlockM;
     const float* s_delta_cur = s_delta + (item & 1) * kBlockM;
-    CpAsyncWait<1>();
-    FenceProxyAsync();
-    __syncthreads();
 
     // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, as two commit groups.
     float st[kNS], dpt[kNS];
@@ -249,7 +251,8 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
       s_lse[((item + 1) & 1) * kBlockM + tid] = next_l;
       s_delta[((item + 1) & 1) * kBlockM + tid] = next_d;
     }
-    __syncthreads();  // the next block overwrites its Q/dO stage and dS^T
+    // No barrier here: the next item's first barrier orders this item's reads of its Q/dO
+    // stage, dS^T and LSE/Delta stage before anything overwrites them.
   }
 
   // dK, dV += (this CTA owns these rows exclusively).

@@ -157,16 +157,18 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
 
     // Software pipeline: iteration `it` issues S(it) and P(it-1) V(it-1) back to back, and the
     // softmax of S(it) runs while the tensor cores still work on P V. Copies: iteration it
-    // loads K(it+1) (its stage held K(it-1), consumed) and V(it) (its stage held V(it-2)).
+    // loads K(it+1) (its stage held K(it-1), consumed) and V(it) (its stage held V(it-2)),
+    // issued only after the barrier that publishes the previous copies: the proxy fence
+    // (MEMBAR) waits for every copy in flight, so copies issued before it would stall it.
     LoadTileSw128<kBlockM, kD, kThreads>(s_q, q_g, p.q_row_stride, m_valid, tid);
     load_k(0);
     CpAsyncCommit();
+    CpAsyncWait<0>();
+    FenceProxyAsync();
+    __syncthreads();
     if (n_blocks > 1) load_k(1);
     load_v(0);
     CpAsyncCommit();
-    CpAsyncWait<1>();
-    FenceProxyAsync();
-    __syncthreads();
     WgmmaFence();
     issue_s(0);
     WgmmaWait<0>();
@@ -174,13 +176,12 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
     softmax(0);
     rescale_o_and_pack_p();
     for (int it = 1; it < n_blocks; ++it) {
-      __syncthreads();  // every warpgroup is done with K(it-1) and V(it-2)
+      CpAsyncWait<0>();  // K(it), V(it-1)
+      FenceProxyAsync();
+      __syncthreads();  // copies visible; every warpgroup is done with K(it-1) and V(it-2)
       if (it + 1 < n_blocks) load_k(it + 1);
       load_v(it);
       CpAsyncCommit();
-      CpAsyncWait<1>();  // K(it), V(it-1)
-      FenceProxyAsync();
-      __syncthreads();
       FenceRegs<kNO>(acc_o);
       FenceRegs<kBlockN / 4>(&a[0][0]);
       WgmmaFence();
