@@ -16,6 +16,7 @@
 // 400 TFLOP/s, 300 GB/s, 20 us) at the given speeds.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/plan_builder.h"
@@ -138,19 +139,54 @@ Plan MakeSpeedProportionalPlan(const PlanRequest& r) {
   return plan;
 }
 
+namespace {
+
+// Forward plus backward makespan for an H200-like worker (the search's objective).
+double Seconds(Plan plan, const CostParams& params) {
+  planner_internal::EqualizeSteps(plan);
+  DeriveBackwardSteps(plan);
+  absl::StatusOr<PlanCost> c = EstimateCost(plan, params);
+  if (!c.ok()) return std::numeric_limits<double>::infinity();
+  return c->forward.makespan_seconds + c->backward.makespan_seconds;
+}
+
+}  // namespace
+
 Plan MakeBalancedPlan(const PlanRequest& r) {
-  Plan best = MakeSpeedProportionalPlan(r);
-  if (r.workers < 2 || r.seq_len < 2 * int64_t{r.workers}) return best;
+  const int P = r.workers;
+  std::vector<double> speeds = r.speeds;
+  if (speeds.empty()) speeds.assign(P, 1.0);
   CostParams params;
   params.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
-  params.speeds = r.speeds;
-  Plan zigzag = MakeZigzagPlan(r);
-  zigzag.schedule = "balanced";
-  planner_internal::EqualizeSteps(best);
-  absl::StatusOr<PlanCost> a = EstimateCost(best, params);
-  absl::StatusOr<PlanCost> b = EstimateCost(zigzag, params);
-  if (a.ok() && b.ok() && b->forward.makespan_seconds < a->forward.makespan_seconds * (1 - 1e-9)) {
-    return zigzag;
+  params.speeds = speeds;
+  Plan best = MakeSpeedProportionalPlan(r);
+  double best_seconds = Seconds(best, params);
+  if (P >= 2 && r.seq_len >= 2 * int64_t{P}) {
+    Plan zigzag = MakeZigzagPlan(r);
+    zigzag.schedule = "balanced";
+    const double seconds = Seconds(zigzag, params);
+    if (seconds < best_seconds * (1 - 1e-9)) {
+      best = std::move(zigzag);
+      best_seconds = seconds;
+    }
+  }
+  const double slowest = *std::min_element(speeds.begin(), speeds.end());
+  // Striped rings with pieces of about 1/g of the slowest worker's pairs, g = 1..8.
+  for (int g : {1, 2, 3, 4, 6, 8}) {
+    std::vector<int> pieces(P);
+    int64_t total = 0;
+    for (int w = 0; w < P; ++w) {
+      pieces[w] = std::max(1, static_cast<int>(std::lround(g * speeds[w] / slowest)));
+      total += pieces[w];
+    }
+    // Every piece needs a row in each half; keep plans (and their step counts) modest.
+    if (2 * total > r.seq_len || total > 16 * int64_t{P} + 64) break;
+    Plan candidate = MakeStripedRingPlan(r, pieces);
+    const double seconds = Seconds(candidate, params);
+    if (seconds < best_seconds * (1 - 1e-9)) {
+      best = std::move(candidate);
+      best_seconds = seconds;
+    }
   }
   return best;
 }

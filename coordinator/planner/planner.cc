@@ -145,13 +145,21 @@ void DeriveBackwardSteps(Plan& plan) {
   std::vector<Pending> pending;
   for (int w = 0; w < plan.num_workers(); ++w) {
     const auto& pass = plan.workers[w].forward;
+    // Computes by the first row of their kv range: (kv begin, kv end, step), sorted.
+    std::vector<std::tuple<int64_t, int64_t, int>> uses;
+    for (int u = 0; u < static_cast<int>(pass.size()); ++u) {
+      for (const ComputeOp& c : pass[u].computes) uses.emplace_back(c.kv_rows.begin, c.kv_rows.end, u);
+    }
+    std::sort(uses.begin(), uses.end());
     for (int t = 0; t < static_cast<int>(pass.size()); ++t) {
       for (const Transfer& r : pass[t].recvs) {
         if (r.tensor != PlanTensor::kKV) continue;
         int last = -1;
-        for (int u = t; u < static_cast<int>(pass.size()); ++u) {
-          for (const ComputeOp& c : pass[u].computes) {
-            if (r.rows.Contains(c.kv_rows)) last = u;
+        auto it = std::lower_bound(uses.begin(), uses.end(),
+                                   std::make_tuple(r.rows.begin, int64_t{0}, 0));
+        for (; it != uses.end() && std::get<0>(*it) < r.rows.end; ++it) {
+          if (std::get<1>(*it) <= r.rows.end && std::get<2>(*it) >= t) {
+            last = std::max(last, std::get<2>(*it));
           }
         }
         if (last >= 0) pending.push_back({w, OwnerOf(plan, r.rows.begin), last + 1, r.rows});

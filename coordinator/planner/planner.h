@@ -45,6 +45,10 @@ Plan MakeZigzagPlan(const PlanRequest& request);
 // MakeSpeedProportionalPlan, which alone is within 2% of ideal in compute for any speeds.
 Plan MakeBalancedPlan(const PlanRequest& request);
 Plan MakeSpeedProportionalPlan(const PlanRequest& request);
+// The striped ring (striped_ring_schedule.cc): worker w owns a front row range and its mirror
+// back range sized by its speed, cut into pieces[w] (>= 1) K/V pieces that travel the ring.
+// Needs seq_len >= 2 * (sum of pieces) for every piece to have rows in both halves.
+Plan MakeStripedRingPlan(const PlanRequest& request, const std::vector<int>& pieces);
 
 // Fills every worker's backward steps from its forward steps (see above).
 void DeriveBackwardSteps(Plan& plan);

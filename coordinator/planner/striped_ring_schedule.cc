@@ -1,0 +1,117 @@
+// The striped ring: zigzag generalised to workers of unequal speed (the core of "balanced").
+//
+// Layout. Row u of the front half and its mirror S-1-u of the back half form a "pair"; worker
+// i owns one front range and its mirror back range, of x_i pairs with x_i proportional to its
+// speed. Under the causal mask, the queries of a mirrored range of x pairs see exactly
+// 2·x·y keys of any other mirrored range of y pairs, wherever the two lie (front sees front
+// before it, back sees both), and 2·x² + O(x) of their own: so worker i's work is x_i·S,
+// proportional to its speed, for ANY speeds, and its work against any K/V block is proportional
+// to the block's size. Full attention: 4·x·y, the same proportions.
+//
+// Pieces. Each worker's pair range is cut into n_i equal pieces (n_i ~ x_i / piece_pairs), so all
+// K/V blocks that travel are about the same size. The pieces are numbered in worker order;
+// worker i owns pieces [o_i, o_i + n_i). At step t worker i computes its queries against piece
+// (o_i + n_i - 1 - t) mod N (N pieces, N steps): its own pieces first (steps 0..n_i-1, no data
+// needed), then its predecessor's, and so on around the ring. From step n_i on it receives that
+// piece from its predecessor i-1, which computed with it n_i steps earlier (owned or received)
+// and forwards it: each K/V piece reaches each worker exactly once, one piece per link per step,
+// and the transfer of step t+1 overlaps the compute of step t. Each step of each worker costs
+// 2·x_i·y/s_i: the same for all workers when pieces are equal, so no one waits.
+// The backward pass derives from it: a dK/dV partial goes back to the piece's owner in the step
+// after its use, overlapping that step's compute (partials are merged one step later).
+#include <algorithm>
+#include <cmath>
+
+#include "coordinator/planner/plan_builder.h"
+#include "coordinator/planner/planner.h"
+
+namespace dfa {
+
+using planner_internal::AddForwardCompute;
+using planner_internal::AddForwardTransfer;
+
+namespace {
+
+// Boundaries of `n` parts of `total` rows with sizes proportional to `weights` (each >= 1 row
+// when total >= n... callers guarantee total >= number of parts or accept empty parts).
+std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& weights) {
+  double sum = 0;
+  for (double w : weights) sum += w;
+  std::vector<int64_t> b(weights.size() + 1, 0);
+  double cum = 0;
+  for (size_t i = 0; i + 1 < weights.size(); ++i) {
+    cum += weights[i];
+    b[i + 1] = std::clamp<int64_t>(std::llround(total * cum / sum), b[i], total);
+  }
+  b[weights.size()] = total;
+  return b;
+}
+
+}  // namespace
+
+Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces) {
+  const int P = r.workers;
+  const int64_t S = r.seq_len;
+  Plan plan;
+  plan.schedule = "balanced";
+  plan.seq_len = S;
+  plan.causal = r.causal;
+  plan.workers.resize(P);
+  std::vector<double> speeds = r.speeds;
+  if (speeds.empty()) speeds.assign(P, 1.0);
+  // Front half [0, F) in pair order; back half [F, S) in reverse pair order (one row more when
+  // S is odd: the middle row belongs to the back range of the last worker).
+  const int64_t F = S / 2, B = S - F;
+  const std::vector<int64_t> fc = ProportionalCuts(F, speeds);
+  const std::vector<int64_t> bc = ProportionalCuts(B, speeds);
+  // A piece: a front range and its mirror back range (either may be empty for tiny S).
+  struct Piece {
+    int owner;
+    RowRange front, back;
+  };
+  std::vector<Piece> all;
+  std::vector<int> first(P);
+  for (int i = 0; i < P; ++i) {
+    first[i] = static_cast<int>(all.size());
+    const int n = std::max(1, pieces[i]);
+    for (int k = 0; k < n; ++k) {
+      const int64_t f0 = fc[i] + (fc[i + 1] - fc[i]) * k / n;
+      const int64_t f1 = fc[i] + (fc[i + 1] - fc[i]) * (k + 1) / n;
+      const int64_t b0 = bc[i] + (bc[i + 1] - bc[i]) * k / n;
+      const int64_t b1 = bc[i] + (bc[i + 1] - bc[i]) * (k + 1) / n;
+      all.push_back(Piece{i, RowRange{f0, f1}, RowRange{S - b1, S - b0}});
+    }
+    std::vector<RowRange>& owned = plan.workers[i].owned;
+    if (fc[i + 1] > fc[i]) owned.push_back(RowRange{fc[i], fc[i + 1]});
+    if (bc[i + 1] > bc[i]) owned.push_back(RowRange{S - bc[i + 1], S - bc[i]});
+  }
+  const int N = static_cast<int>(all.size());
+  auto ranges = [](const Piece& p) {
+    std::vector<RowRange> v;
+    if (p.front.size() > 0) v.push_back(p.front);
+    if (p.back.size() > 0) v.push_back(p.back);
+    return v;
+  };
+  for (int i = 0; i < P; ++i) {
+    const int n = std::max(1, pieces[i]);
+    const int pred = (i + P - 1) % P;
+    for (int t = 0; t < N; ++t) {
+      const Piece& piece = all[((first[i] + n - 1 - t) % N + N) % N];
+      if (piece.owner != i) {
+        for (const RowRange& kv : ranges(piece)) {
+          AddForwardTransfer(plan, t, pred, i, PlanTensor::kKV, kv);
+        }
+      }
+      for (const RowRange& q : plan.workers[i].owned) {
+        for (const RowRange& kv : ranges(piece)) {
+          if (VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), plan.mask()) > 0) {
+            AddForwardCompute(plan, t, i, q, kv);
+          }
+        }
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace dfa
