@@ -46,11 +46,11 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
   extern __shared__ __align__(1024) char smem_sm90[];
   T* s_k = reinterpret_cast<T*>(smem_sm90 + ((1024 - (SmemAddr(smem_sm90) & 1023)) & 1023));
   T* s_v = s_k + Cfg::kKVElems;
-  T* s_q_base = s_v + Cfg::kKVElems;             // 2 stages
-  T* s_do_base = s_q_base + 2 * Cfg::kQElems;    // 2 stages
-  T* s_ds = s_do_base + 2 * Cfg::kQElems;        // dS^T [kBlockN keys][kBlockM queries]
+  T* s_q_base = s_v + Cfg::kKVElems;           // 2 stages
+  T* s_do_base = s_q_base + 2 * Cfg::kQElems;  // 2 stages
+  T* s_ds = s_do_base + 2 * Cfg::kQElems;      // dS^T [kBlockN keys][kBlockM queries]
   float* s_lse = reinterpret_cast<float*>(s_ds + Cfg::kDsElems);  // 2 stages of LSE * log2e
-  float* s_delta = s_lse + 2 * kBlockM;                             // 2 stages
+  float* s_delta = s_lse + 2 * kBlockM;                           // 2 stages
 
   const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int group = p.q_heads / p.kv_heads;
@@ -71,8 +71,10 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
   }
   if (m_block_min >= m_blocks) return;  // nothing visible: dK, dV unchanged
 
-  const T* k_g = static_cast<const T*>(p.k) + b * p.k_batch_stride + n_begin * p.k_row_stride + int64_t{hk} * kD;
-  const T* v_g = static_cast<const T*>(p.v) + b * p.v_batch_stride + n_begin * p.v_row_stride + int64_t{hk} * kD;
+  const T* k_g = static_cast<const T*>(p.k) + b * p.k_batch_stride + n_begin * p.k_row_stride +
+                 int64_t{hk} * kD;
+  const T* v_g = static_cast<const T*>(p.v) + b * p.v_batch_stride + n_begin * p.v_row_stride +
+                 int64_t{hk} * kD;
   LoadTileSw128<kBlockN, kD, kThreads>(s_k, k_g, p.k_row_stride, n_valid, tid);
   LoadTileSw128<kBlockN, kD, kThreads>(s_v, v_g, p.v_row_stride, n_valid, tid);
   CpAsyncCommit();
@@ -87,14 +89,14 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
     const int h = hk * group + item / per_head;
     const int64_t m_begin = int64_t{m_block_min + item % per_head} * kBlockM;
     const int m_valid = static_cast<int>(Min64(kBlockM, p.m - m_begin));
-    LoadTileSw128<kBlockM, kD, kThreads>(
-        s_q_base + stage * Cfg::kQElems,
-        static_cast<const T*>(p.q) + b * p.q_batch_stride + m_begin * p.q_row_stride + int64_t{h} * kD,
-        p.q_row_stride, m_valid, tid);
-    LoadTileSw128<kBlockM, kD, kThreads>(
-        s_do_base + stage * Cfg::kQElems,
-        static_cast<const T*>(p.dout) + b * p.do_batch_stride + m_begin * p.do_row_stride + int64_t{h} * kD,
-        p.do_row_stride, m_valid, tid);
+    LoadTileSw128<kBlockM, kD, kThreads>(s_q_base + stage * Cfg::kQElems,
+                                         static_cast<const T*>(p.q) + b * p.q_batch_stride +
+                                             m_begin * p.q_row_stride + int64_t{h} * kD,
+                                         p.q_row_stride, m_valid, tid);
+    LoadTileSw128<kBlockM, kD, kThreads>(s_do_base + stage * Cfg::kQElems,
+                                         static_cast<const T*>(p.dout) + b * p.do_batch_stride +
+                                             m_begin * p.do_row_stride + int64_t{h} * kD,
+                                         p.do_row_stride, m_valid, tid);
   };
   // LSE (times log2 e) and Delta of one item's 64 rows, read by threads 0..63. Rows past the
   // end and rows that see no key get LSE = +inf, so P = 0.
@@ -139,7 +141,8 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int off = (kk & 3) * 16;
-      const uint64_t da = MakeSmemDesc(s_k + (kk >> 2) * kBlockN * 64 + wg * 64 * 64 + off, 16, 1024);
+      const uint64_t da =
+          MakeSmemDesc(s_k + (kk >> 2) * kBlockN * 64 + wg * 64 * 64 + off, 16, 1024);
       const uint64_t db = MakeSmemDesc(s_q + (kk >> 2) * kBlockM * 64 + off, 16, 1024);
       WgmmaSS<T, kBlockM, 0, 0>::Run(st, da, db, kk > 0 ? 1 : 0);
     }
@@ -147,7 +150,8 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int off = (kk & 3) * 16;
-      const uint64_t da = MakeSmemDesc(s_v + (kk >> 2) * kBlockN * 64 + wg * 64 * 64 + off, 16, 1024);
+      const uint64_t da =
+          MakeSmemDesc(s_v + (kk >> 2) * kBlockN * 64 + wg * 64 * 64 + off, 16, 1024);
       const uint64_t db = MakeSmemDesc(s_do + (kk >> 2) * kBlockM * 64 + off, 16, 1024);
       WgmmaSS<T, kBlockM, 0, 0>::Run(dpt, da, db, kk > 0 ? 1 : 0);
     }
@@ -165,7 +169,8 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
       float pv = FastExp2(st[i] * scale_log2 - s_lse_cur[ml]);
       if (need_mask) {
         const int nl = key_base + ((i >> 1) & 1) * 8;
-        if (nl >= n_valid || (p.causal && p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml)) pv = 0.f;
+        if (nl >= n_valid || (p.causal && p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml))
+          pv = 0.f;
       }
       st[i] = pv;
     }
@@ -191,7 +196,8 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
 
     uint32_t ads[kBlockM / 16][4];
 #pragma unroll
-    for (int i = 0; i < kNS; ++i) dpt[i] = st[i] * (dpt[i] - s_delta_cur[(i >> 2) * 8 + 2 * t + (i & 1)]);
+    for (int i = 0; i < kNS; ++i)
+      dpt[i] = st[i] * (dpt[i] - s_delta_cur[(i >> 2) * 8 + 2 * t + (i & 1)]);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
       ads[kk][0] = Tr::Pack(dpt[8 * kk + 0], dpt[8 * kk + 1]);
@@ -200,9 +206,12 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
       ads[kk][3] = Tr::Pack(dpt[8 * kk + 6], dpt[8 * kk + 7]);
       // dS^T to shared memory (rows = keys, columns = queries) for the dQ phase.
       *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base, kk * 16 + 2 * t)) = ads[kk][0];
-      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base + 8, kk * 16 + 2 * t)) = ads[kk][1];
-      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base, kk * 16 + 8 + 2 * t)) = ads[kk][2];
-      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base + 8, kk * 16 + 8 + 2 * t)) = ads[kk][3];
+      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base + 8, kk * 16 + 2 * t)) =
+          ads[kk][1];
+      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base, kk * 16 + 8 + 2 * t)) =
+          ads[kk][2];
+      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base + 8, kk * 16 + 8 + 2 * t)) =
+          ads[kk][3];
     }
     // dK += dS^T Q (Q read MN-major; the scale is applied at the end).
     FenceRegs<kNA>(acc_dk);
@@ -224,7 +233,8 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
     for (int kk = 0; kk < kQSteps; ++kk) {
       const int key0 = kSplitN ? kk * 16 : wg * 64 + kk * 16;
       const uint64_t da = MakeSmemDesc(s_ds + key0 * 64, kBlockN * 64 * 2, 1024);
-      const uint64_t db = MakeSmemDesc(s_k + (kSplitN ? wg * kBlockN * 64 : 0) + key0 * 64, kBlockN * 64 * 2, 1024);
+      const uint64_t db =
+          MakeSmemDesc(s_k + (kSplitN ? wg * kBlockN * 64 : 0) + key0 * 64, kBlockN * 64 * 2, 1024);
       WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
     }
     WgmmaCommit();
@@ -243,8 +253,9 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
         const int ml = qrow_base + hf * 8;
         if (ml < m_valid) {
           float* dst = dq_g + ml * p.dq_row_stride + j * 8 + 2 * t;
-          atomicAdd(reinterpret_cast<float2*>(dst),
-                    make_float2(acc_dq[4 * j + 2 * hf] * p.scale, acc_dq[4 * j + 2 * hf + 1] * p.scale));
+          atomicAdd(
+              reinterpret_cast<float2*>(dst),
+              make_float2(acc_dq[4 * j + 2 * hf] * p.scale, acc_dq[4 * j + 2 * hf + 1] * p.scale));
         }
       }
     if (tid < kBlockM) {
@@ -260,8 +271,10 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
   for (int hf = 0; hf < 2; ++hf) {
     const int nl = key_base + hf * 8;
     if (nl >= n_valid) continue;
-    float* dk = p.dk + b * p.dk_batch_stride + (n_begin + nl) * p.dk_row_stride + int64_t{hk} * kD + 2 * t;
-    float* dv = p.dv + b * p.dv_batch_stride + (n_begin + nl) * p.dv_row_stride + int64_t{hk} * kD + 2 * t;
+    float* dk =
+        p.dk + b * p.dk_batch_stride + (n_begin + nl) * p.dk_row_stride + int64_t{hk} * kD + 2 * t;
+    float* dv =
+        p.dv + b * p.dv_batch_stride + (n_begin + nl) * p.dv_row_stride + int64_t{hk} * kD + 2 * t;
 #pragma unroll
     for (int dt = 0; dt < kD / 8; ++dt) {
       float2 k2 = *reinterpret_cast<float2*>(dk + dt * 8);
@@ -283,10 +296,11 @@ template <typename T, int kD>
 cudaError_t LaunchBwdSm90(const BwdParams& p, cudaStream_t stream) {
   using Cfg = BwdSm90Traits<kD>;
   auto kernel = FlashBwdSm90Kernel<T, kD>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Cfg::kSmemBytes);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((p.n + Cfg::kBlockN - 1) / Cfg::kBlockN), p.kv_heads, p.batch);
+  const dim3 grid(static_cast<unsigned>((p.n + Cfg::kBlockN - 1) / Cfg::kBlockN), p.kv_heads,
+                  p.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }

@@ -72,13 +72,15 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
     // Block `it` of the walk is key block n_blocks - 1 - it; K(it) and V(it) live in stage it & 1.
     auto load_k = [&](int it) {
       const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
-      LoadTileSw128<kBlockN, kD, kThreads>(s_k + (it & 1) * Cfg::kKVElems, k_g + n0 * p.k_row_stride,
-                                           p.k_row_stride, static_cast<int>(Min64(kBlockN, p.n - n0)), tid);
+      LoadTileSw128<kBlockN, kD, kThreads>(s_k + (it & 1) * Cfg::kKVElems,
+                                           k_g + n0 * p.k_row_stride, p.k_row_stride,
+                                           static_cast<int>(Min64(kBlockN, p.n - n0)), tid);
     };
     auto load_v = [&](int it) {
       const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
-      LoadTileSw128<kBlockN, kD, kThreads>(s_v + (it & 1) * Cfg::kKVElems, v_g + n0 * p.v_row_stride,
-                                           p.v_row_stride, static_cast<int>(Min64(kBlockN, p.n - n0)), tid);
+      LoadTileSw128<kBlockN, kD, kThreads>(s_v + (it & 1) * Cfg::kKVElems,
+                                           v_g + n0 * p.v_row_stride, p.v_row_stride,
+                                           static_cast<int>(Min64(kBlockN, p.n - n0)), tid);
     };
     float s[kNS], pr[kNS];  // scores, probabilities
     uint32_t a[kBlockN / 16][4];
@@ -87,7 +89,8 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
       const T* s_ks = s_k + (it & 1) * Cfg::kKVElems;
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint64_t dq = MakeSmemDesc(s_q + (kk >> 2) * kBlockM * 64 + wg * 64 * 64 + (kk & 3) * 16, 16, 1024);
+        const uint64_t dq =
+            MakeSmemDesc(s_q + (kk >> 2) * kBlockM * 64 + wg * 64 * 64 + (kk & 3) * 16, 16, 1024);
         const uint64_t dk = MakeSmemDesc(s_ks + (kk >> 2) * kBlockN * 64 + (kk & 3) * 16, 16, 1024);
         WgmmaSS<T, kBlockN, 0, 0>::Run(s, dq, dk, kk > 0 ? 1 : 0);
       }
@@ -105,8 +108,8 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
     // Mask and online softmax (base 2) of S(it) in place; sets corr, the factor for O.
     auto softmax = [&](int it) {
       const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
-      const bool need_mask = n0 + kBlockN > p.n ||
-                             (p.causal && p.kv_row0 + n0 + kBlockN - 1 > p.q_row0 + m_begin);
+      const bool need_mask =
+          n0 + kBlockN > p.n || (p.causal && p.kv_row0 + n0 + kBlockN - 1 > p.q_row0 + m_begin);
       if (need_mask) {
 #pragma unroll
         for (int i = 0; i < kNS; ++i) {
@@ -121,7 +124,8 @@ __global__ void __launch_bounds__(256, 1) FlashFwdSm90Kernel(const FwdParams p) 
       for (int hf = 0; hf < 2; ++hf) {
         float mx = -INFINITY;  // raw scores; scale > 0, so max(scaled) = scale * max(raw)
 #pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
+        for (int j = 0; j < kBlockN / 8; ++j)
+          mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
         mx = fmaxf(QuadMax(mx) * scale_log2, row_max[hf]);
         const float ref = mx == -INFINITY ? 0.f : mx;
         corr[hf] = FastExp2(row_max[hf] - ref);
@@ -268,10 +272,11 @@ template <typename T, int kD, int kBlockN>
 cudaError_t LaunchFwdSm90(const FwdParams& p, cudaStream_t stream) {
   using Cfg = FwdSm90Traits<kD, kBlockN>;
   auto kernel = FlashFwdSm90Kernel<T, kD, kBlockN>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Cfg::kSmemBytes);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((p.m + Cfg::kBlockM - 1) / Cfg::kBlockM), p.q_heads, p.batch);
+  const dim3 grid(static_cast<unsigned>((p.m + Cfg::kBlockM - 1) / Cfg::kBlockM), p.q_heads,
+                  p.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
