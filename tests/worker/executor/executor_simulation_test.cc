@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "coordinator/planner/plan_checker.h"
+#include "coordinator/planner/plan_builder.h"
 #include "coordinator/planner/planner.h"
 #include "gtest/gtest.h"
 #include "kernels/reference/reference_attention.h"
@@ -66,7 +67,20 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   if (schedule == "balanced" && P >= 3) {  // unequal speeds too
     for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
   }
-  absl::StatusOr<Plan> plan = MakePlan(req);
+  absl::StatusOr<Plan> plan;
+  if (schedule == "striped") {  // the striped ring with unequal speeds and 1-3 pieces per worker
+    req.schedule = "balanced";
+    std::vector<int> pieces;
+    for (int w = 0; w < P; ++w) {
+      req.speeds.push_back(1.0 + 0.5 * (w % 3));
+      pieces.push_back(1 + w % 3);
+    }
+    plan = MakeStripedRingPlan(req, pieces);
+    planner_internal::EqualizeSteps(*plan);
+    DeriveBackwardSteps(*plan);
+  } else {
+    plan = MakePlan(req);
+  }
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan).status();
 
@@ -108,7 +122,8 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllSchedules, SimulationTest,
-    ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced"),
+    ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced",
+                                         "striped"),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +
