@@ -10,9 +10,9 @@
 //     All workers thus finish step t at the same time t * makespan / T (in the cost model), and
 //     step t+1's K/V transfers overlap step t's compute.
 // Its weak spot is communication at large P: the owner of the first (largest) shard sends it to
-// every other worker over one link. So "balanced" is a cost-model search: it also builds the
-// zigzag ring (exactly balanced for equal speeds, one K/V pair per link per step) and returns
-// whichever has the smaller forward makespan for an H200-like worker (32 heads of 128, bf16,
+// every other worker over one link. So "balanced" is a cost-model search over this plan, zigzag
+// and the striped ring (striped_ring_schedule.cc) at several piece sizes, returning the one with
+// the smallest forward + backward makespan for an H200-like worker (32 heads of 128, bf16,
 // 400 TFLOP/s, 300 GB/s, 20 us) at the given speeds.
 #include <algorithm>
 #include <cmath>

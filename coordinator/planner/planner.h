@@ -4,11 +4,11 @@
 //   distflash the DistFlashAttn paper's Algorithm 2 (even P only): P/2+1 forward steps;
 //             helpers compute later workers' queries against their own K/V and return partials.
 //   zigzag    worker i owns chunks i and 2P-1-i of 2P; K/V pairs travel around the ring.
-//   balanced  ours, a cost-model search over two candidates: (a) contiguous shards sized so each
-//             worker's visible work is proportional to its speed, K/V sent straight from the
-//             owner (no forwarding chains), each worker's work spread evenly over P steps, step
-//             0 on its own data only; (b) the zigzag ring. (a) balances any speeds exactly in
-//             compute; (b) needs less bandwidth per link at large P with equal speeds.
+//   balanced  ours, a cost-model search (forward + backward makespan, H200-like figures) over:
+//             the striped ring (mirrored front/back ranges sized by speed, so any speeds are
+//             balanced exactly; equal-size K/V pieces travel the ring, several piece sizes
+//             tried), zigzag, and contiguous speed-proportional shards with K/V sent straight
+//             from the owner.
 // Backward steps are derived from the forward ones (same routing: kQ -> kGradIn,
 // kOutPartial -> kDqPartial, plus a kDkvPartial back to the K/V owner after the last use of
 // each received K/V buffer). Pure functions; thread-safe.
@@ -41,8 +41,8 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request);
 Plan MakeRingPlan(const PlanRequest& request);
 Plan MakeDistFlashPlan(const PlanRequest& request);
 Plan MakeZigzagPlan(const PlanRequest& request);
-// "balanced": the better (cost-model forward makespan, H200-like figures) of zigzag and
-// MakeSpeedProportionalPlan, which alone is within 2% of ideal in compute for any speeds.
+// "balanced": the best (cost-model forward + backward makespan, H200-like figures) of the
+// striped ring at several piece counts, zigzag and MakeSpeedProportionalPlan.
 Plan MakeBalancedPlan(const PlanRequest& request);
 Plan MakeSpeedProportionalPlan(const PlanRequest& request);
 // The striped ring (striped_ring_schedule.cc): worker w owns a front row range and its mirror
