@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/grpc_status.h"
+#include "coordinator/session_memory.h"
 #include "coordinator/session_plan.h"
 #include "coordinator/spec_validation.h"
 
@@ -108,6 +109,13 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
   if (static_cast<int>(request.client_id().size()) > limits.max_client_id_len) {
     return absl::InvalidArgumentError(
         absl::StrCat("client_id: longer than ", limits.max_client_id_len, " bytes"));
+  }
+
+  // Sizes near the limits would overflow 64-bit byte counts: refuse what no worker can hold.
+  constexpr double kMaxSessionBytes = 1e17;
+  if (const double estimate = SessionBytesEstimate(request.spec()); estimate > kMaxSessionBytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "memory: the session would hold about %.3g bytes, more than any cluster can", estimate));
   }
 
   std::vector<RegisteredWorker> placed;

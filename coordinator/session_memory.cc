@@ -14,6 +14,14 @@ AttentionShape ShapeOf(const v1::AttentionSpec& spec) {
   return shape;
 }
 
+double SessionBytesEstimate(const v1::AttentionSpec& spec) {
+  const double rows = static_cast<double>(spec.batch()) * static_cast<double>(spec.seq_len());
+  const double hq = spec.q_heads(), hkv = spec.kv_heads(), d = spec.head_dim();
+  const double e = spec.dtype() == v1::DTYPE_F32 ? 4 : 2;
+  // Q, O, dO, K, V (+ K/V in flight) in the client's dtype; dQ, dK, dV fp32; LSE, D fp32.
+  return rows * ((3 * hq + 4 * hkv) * d * e + (hq + 2 * hkv) * d * 4 + 2 * hq * 4);
+}
+
 int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t scratch_bytes) {
   SessionShape shape;
   shape.batch = spec.batch();

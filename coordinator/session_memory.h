@@ -17,6 +17,10 @@ namespace dfa {
 // The per-token shape of a session, for the planner's byte counts.
 AttentionShape ShapeOf(const v1::AttentionSpec& spec);
 
+// An upper estimate, in double precision (no overflow), of the bytes the whole session holds
+// over all workers: every tensor of SessionStorageBytes plus one copy of K/V in flight.
+double SessionBytesEstimate(const v1::AttentionSpec& spec);
+
 // Storage for `owned_rows` rows + `scratch_bytes` of plan buffers.
 int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t scratch_bytes);
 

@@ -145,6 +145,26 @@ TEST_F(CoordinatorValidationTest, SessionThatDoesNotFitIsResourceExhausted) {
   EXPECT_TRUE(CreateWithSpec(spec, &resp).ok());
 }
 
+TEST_F(CoordinatorValidationTest, SizesAtTheLimitsDoNotOverflowTheAccounting) {
+  CoordinatorOptions o = TestOptions();
+  o.limits.max_seq_len = int64_t{1} << 40;
+  StartCoordinator(o);
+  AddCpuWorkers(2, /*memory=*/0);  // no declared limit: only the overflow guard can refuse
+  v1::AttentionSpec spec = GoodSpec();
+  spec.set_batch(1024);
+  spec.set_q_heads(1024);
+  spec.set_kv_heads(1024);
+  spec.set_head_dim(512);
+  spec.set_seq_len(int64_t{1} << 40);
+  v1::CreateSessionResponse resp;
+  grpc::Status s = CreateWithSpec(spec, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("memory"), std::string::npos) << s.error_message();
+  v1::ClusterStatus status;
+  ASSERT_TRUE(stub_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.memory_used_bytes(), 0);
+}
+
 TEST_F(CoordinatorValidationTest, UnknownAndForeignSessions) {
   StartCoordinator();
   AddCpuWorkers(2);
