@@ -1,6 +1,13 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <exception>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/status_code_enum.h"
@@ -22,6 +29,18 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* const kBuckets = new prometheus::Histogram::BucketBoundaries{
       0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000};
   return *kBuckets;
+}
+
+// Opens and closes one TCP connection to 127.0.0.1:port (errors ignored).
+void Poke(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  close(fd);
 }
 
 }  // namespace
@@ -99,7 +118,26 @@ absl::StatusOr<int> CoordinatorMetrics::Serve(int port) {
   }
   exposer_->RegisterCollectable(registry_);
   std::vector<int> ports = exposer_->GetListeningPorts();
-  return ports.empty() ? port : ports[0];
+  port_ = ports.empty() ? port : ports[0];
+  return port_;
+}
+
+CoordinatorMetrics::~CoordinatorMetrics() { StopServing(); }
+
+void CoordinatorMetrics::StopServing() {
+  if (!exposer_) return;
+  // civetweb's listener notices the stop flag only when its poll() returns (a timeout of a
+  // second or two); a connection wakes it at once, so poke it while it stops.
+  std::atomic<bool> stopped{false};
+  std::thread poker([&] {
+    while (!stopped) {
+      Poke(port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  exposer_.reset();
+  stopped = true;
+  poker.join();
 }
 
 void CoordinatorMetrics::JobFinished(v1::JobKind kind, v1::JobState state,

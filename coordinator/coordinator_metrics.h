@@ -20,9 +20,12 @@ namespace dfa {
 class CoordinatorMetrics {
  public:
   CoordinatorMetrics();
+  ~CoordinatorMetrics();  // StopServing()
 
   // port 0 picks a free port. Returns the bound port. UNAVAILABLE when it cannot bind.
   absl::StatusOr<int> Serve(int port);
+  // Stops the HTTP endpoint (promptly). Idempotent.
+  void StopServing();
 
   void JobFinished(v1::JobKind kind, v1::JobState state, double latency_seconds, double flops);
   void SetQueueDepth(int jobs);
@@ -37,6 +40,7 @@ class CoordinatorMetrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Family<prometheus::Counter>& jobs_;
   prometheus::Family<prometheus::Counter>& flops_;

@@ -74,6 +74,7 @@ void CoordinatorServer::Shutdown() {
   service_->Shutdown();  // cancels jobs, so that WatchJob streams end
   server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   server_->Wait();
+  metrics_.StopServing();
 }
 
 }  // namespace dfa
