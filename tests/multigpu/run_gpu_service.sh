@@ -78,16 +78,14 @@ for sched in $SCHEDULES; do
   d=$OUT/verify-$sched
   mkdir -p "$d"
   echo "== verify: S=$VERIFY_SEQ causal, $ngpu GPUs, schedule $sched"
-  if timeout 120 "$bin/service_io_dump" --coordinator "$coordinator" --out "$d" \
-       --seq "$VERIFY_SEQ" --workers "$ngpu" --schedule "$sched"; then
-    timeout 120 python3 tests/multigpu/verify_against_torch.py "$d" 2>&1 | tee "$OUT/verify-$sched.txt"
-  fi
-  rm -f "$d"/*.bin
+  # Checked against PyTorch once the workers are stopped (their pools hold the GPUs' memory).
+  timeout 120 "$bin/service_io_dump" --coordinator "$coordinator" --out "$d" \
+    --seq "$VERIFY_SEQ" --workers "$ngpu" --schedule "$sched" || rm -rf "$d"
 done
 
 # 2. Throughput on resident seeded inputs.
 bench() {  # bench GPUS SCHEDULE MASK SEQ
-  echo "== bench gpus=$1 schedule=$2 mask=$3 seq=$4"
+  echo "== bench gpus=$1 schedule=$2 mask=$3 seq=$4 t=$(date +%s)"
   timeout "$STEP_TIMEOUT" "$bin/dfa" bench --coordinator "$coordinator" --workers "$1" \
     --schedule "$2" --"$3" --seq "$4" --heads 32 --head-dim 128 --dtype bf16 \
     --repeat "$REPEAT" --skip-transfer --skip-single 2>&1
@@ -117,3 +115,11 @@ bench() {  # bench GPUS SCHEDULE MASK SEQ
   [ -n "$g" ] && bench "$g" "$sched" "$mask" "$s" </dev/null
 done 2>&1 | tee "$OUT/bench.log" | grep -E '^==|^forward|^backward|worker [0-9]+:|rror'
 python3 tests/multigpu/summarize_bench.py "$OUT/bench.log" | tee "$OUT/bench_table.md"
+stop_all
+pids=()
+for d in "$OUT"/verify-*/; do
+  [ -f "$d/meta.json" ] || continue
+  sched=$(basename "$d")
+  timeout 120 python3 tests/multigpu/verify_against_torch.py "$d" 2>&1 | tail -6 | tee "$OUT/$sched.txt"
+  rm -rf "$d"
+done

@@ -10,7 +10,7 @@ idle fraction of any worker over forward+backward of that repeat.
 import re
 import sys
 
-HEAD = re.compile(r"^== bench gpus=(\d+) schedule=(\S+) mask=(\S+) seq=(\d+)")
+HEAD = re.compile(r"^== bench gpus=(\d+) schedule=(\S+) mask=(\S+) seq=(\d+)")  # t=... may follow
 JOB = re.compile(r"^(forward|backward)\s+([\d.]+) s\s+([\d.]+) GFLOP")
 WORKER = re.compile(r"worker (\d+): busy ([\d.]+) s\s+idle ([\d.]+) s")
 

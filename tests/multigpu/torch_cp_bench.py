@@ -64,7 +64,10 @@ def run_one(args, mesh, world, rank, s, causal, backend, warmup, iters):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base_mem = torch.cuda.memory_allocated()
-    ctx = cp_context(mesh, [q, k, v, dout], args.load_balance, args.rotate) if world > 1 else None
+    # PyTorch's head-tail load balancer is for causal masks only (it refuses full attention,
+    # which needs no balancing).
+    balance = args.load_balance and causal
+    ctx = cp_context(mesh, [q, k, v, dout], balance, args.rotate) if world > 1 else None
     times_f, times_fb = [], []
     with sdpa_kernel(BACKENDS[backend]):
         if ctx is not None:
@@ -108,7 +111,7 @@ def run_one(args, mesh, world, rank, s, causal, backend, warmup, iters):
         "impl": "torch_cp" if world > 1 else "torch_sdpa",
         "gpus": world,
         "backend": backend,
-        "load_balance": "head-tail" if (args.load_balance and world > 1) else "none",
+        "load_balance": "head-tail" if (args.load_balance and causal and world > 1) else "none",
         "rotate": args.rotate if world > 1 else "",
         "seq": s,
         "mask": "causal" if causal else "full",
