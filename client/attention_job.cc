@@ -1,6 +1,7 @@
 #include "client/attention_job.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace dfa::client {
 namespace {
@@ -14,19 +15,31 @@ absl::Status AttentionJob::NewSession(bool after_failure) {
     (void)session_->Release();  // best effort: the lost worker may not answer
     session_.reset();
   }
-  SessionOptions o = options_.session;
-  if (after_failure) {
-    // Place on the workers still alive; the coordinator drops the lost one from its registry.
+  if (!after_failure) {
+    ASSIGN_OR_RETURN(session_, client_->CreateSession(options_.session));
+    return absl::OkStatus();
+  }
+  // Place on the workers still alive. Until the coordinator's lease drops the lost worker it may
+  // still be listed, and a placement on it fails with UNAVAILABLE: try again until the deadline.
+  const absl::Time deadline = absl::Now() + options_.recovery_timeout;
+  while (true) {
+    SessionOptions o = options_.session;
     auto workers = client_->ListWorkers();
     if (workers.ok()) {
       int alive = 0;
       for (const auto& w : workers->workers()) alive += w.alive() ? 1 : 0;
       if (o.num_workers == 0 || o.num_workers > alive) o.num_workers = alive;
     }
-    if (o.num_workers <= 0) o.num_workers = 0;
+    auto s = client_->CreateSession(o);
+    if (s.ok()) {
+      session_ = std::move(*s);
+      return absl::OkStatus();
+    }
+    const bool transient = s.status().code() == absl::StatusCode::kUnavailable ||
+                           s.status().code() == absl::StatusCode::kResourceExhausted;
+    if (!transient || absl::Now() > deadline) return s.status();
+    absl::SleepFor(absl::Milliseconds(200));
   }
-  ASSIGN_OR_RETURN(session_, client_->CreateSession(o));
-  return absl::OkStatus();
 }
 
 absl::Status AttentionJob::Upload(v1::TensorKind kind, const HostTensor& t) {

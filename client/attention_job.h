@@ -23,6 +23,9 @@ struct AttentionJobOptions {
   SessionOptions session;
   TransferOptions transfer;
   int max_retries = 1;
+  // After a lost worker: how long to keep trying to place a new session (the coordinator needs
+  // up to one lease to drop the lost worker from its registry).
+  absl::Duration recovery_timeout = absl::Seconds(15);
   JobObserver observer;  // job progress, e.g. a progress bar
   // Told about each retry (reason), e.g. to print it.
   std::function<void(const absl::Status&)> on_retry;

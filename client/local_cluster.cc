@@ -36,6 +36,24 @@ absl::StatusOr<int> LocalCluster::FreePort() {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
+namespace {
+
+// True once something accepts TCP connections on 127.0.0.1:port. Used before the first gRPC
+// call: a gRPC channel whose first attempts were refused reconnects only after its backoff.
+bool PortAccepts(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& bin_dir,
                                                      const std::string& component,
                                                      const std::string& name) {
@@ -108,20 +126,26 @@ absl::Status LocalCluster::StartCoordinator() {
   ASSIGN_OR_RETURN(coordinator_proc_,
                    ChildProcess::Start("dfa-coordinator", std::move(argv),
                                        absl::StrCat(log_dir_, "/coordinator.log")));
-  ASSIGN_OR_RETURN(auto client, Client::Connect(coordinator_.address));
   const absl::Time deadline = absl::Now() + options_.start_timeout;
+  std::unique_ptr<Client> client;
   while (true) {
     if (!coordinator_proc_->Running()) {
       return absl::UnavailableError(absl::StrCat("dfa-coordinator exited during start. Log tail:\n",
                                                  coordinator_proc_->LogTail(15)));
     }
-    if (client->WaitForCoordinator(absl::Milliseconds(200)).ok()) return absl::OkStatus();
+    if (client == nullptr && PortAccepts(port)) {
+      ASSIGN_OR_RETURN(client, Client::Connect(coordinator_.address));
+    }
+    if (client != nullptr && client->WaitForCoordinator(absl::Milliseconds(200)).ok()) {
+      return absl::OkStatus();
+    }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("dfa-coordinator not answering on ", coordinator_.address, " after ",
                        absl::FormatDuration(options_.start_timeout), ". Log tail:\n",
                        coordinator_proc_->LogTail(15)));
     }
+    absl::SleepFor(absl::Milliseconds(10));
   }
 }
 
@@ -197,12 +221,13 @@ absl::Status LocalCluster::Stop() {
   if (stopped_) return absl::OkStatus();
   stopped_ = true;
   absl::Status first;
-  // Signal every worker first so that they shut down in parallel, then wait for each.
+  // Signal every daemon (workers first) so that they shut down in parallel, then wait for each.
   std::vector<bool> was_running;
   for (auto& p : worker_procs_) {
     was_running.push_back(p->Running());
     p->Signal(SIGTERM);
   }
+  if (coordinator_proc_) coordinator_proc_->Signal(SIGTERM);
   for (size_t i = 0; i < worker_procs_.size(); ++i) {
     auto& p = worker_procs_[i];
     absl::Status s = p->Stop(options_.stop_grace);
