@@ -142,6 +142,18 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   }
   if (!result.ok()) {
     absl::Status st = result.status();
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping = shutting_down_;
+    }
+    if (stopping) {
+      // The worker is going away, not the job: UNAVAILABLE lets the coordinator and the client
+      // treat it as a lost worker and retry elsewhere.
+      return absl::UnavailableError(absl::StrCat("worker is shutting down; job_id = '",
+                                                 req.job_id(), "' stopped (", st.message(),
+                                                 ")"));
+    }
     if (s->cancel && st.code() != absl::StatusCode::kCancelled) {
       st = absl::CancelledError(absl::StrCat("job_id = '", req.job_id(), "' cancelled (",
                                              st.message(), ")"));

@@ -36,7 +36,8 @@ class JobRunner {
                                          const std::function<bool()>& rpc_cancelled);
   // Cancels the job `job_id` (INVALID_ARGUMENT for an empty id). Idempotent.
   absl::Status Cancel(const std::string& job_id);
-  // Cancels every running job (shutdown).
+  // Cancels every running job (shutdown): they, and any later Run, end UNAVAILABLE ("worker is
+  // shutting down"), so callers treat this worker as lost and retry elsewhere.
   void CancelAll();
   int running() const;
   // Attaches metrics (before the service is reachable; see worker_daemon.cc).

@@ -37,6 +37,8 @@ void Registrar::Stop() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
+    // A call in flight to a slow or dead coordinator would hold shutdown for its deadline.
+    if (in_flight_ != nullptr) in_flight_->TryCancel();
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -51,6 +53,18 @@ bool Registrar::Sleep(absl::Duration d) {
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait_for(l, absl::ToChronoMilliseconds(d), [this] { return stop_; });
   return !stop_;
+}
+
+bool Registrar::BeginCall(grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (stop_) return false;
+  in_flight_ = ctx;
+  return true;
+}
+
+void Registrar::EndCall() {
+  std::lock_guard<std::mutex> l(mu_);
+  in_flight_ = nullptr;
 }
 
 void Registrar::Loop() {
@@ -68,7 +82,9 @@ void Registrar::Loop() {
       SetDeadline(&ctx, kRpcTimeout);
       v1::RegisterWorkerResponse resp;
       v1::RegisterWorkerRequest req = registration_;
+      if (!BeginCall(&ctx)) return;
       const grpc::Status st = stub_->RegisterWorker(&ctx, req, &resp);
+      EndCall();
       if (st.ok()) {
         registered = true;
         warned = false;
@@ -100,7 +116,9 @@ void Registrar::Loop() {
     req.set_worker_id(registration_.worker_id());
     req.set_memory_used_bytes(memory_used_ ? memory_used_() : 0);
     v1::HeartbeatResponse resp;
+    if (!BeginCall(&ctx)) return;
     const grpc::Status st = stub_->Heartbeat(&ctx, req, &resp);
+    EndCall();
     if (st.ok()) {
       if (resp.lease_ms() > 0) lease = absl::Milliseconds(resp.lease_ms());
     } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {

@@ -37,6 +37,9 @@ class Registrar {
   void Loop();
   // Sleeps up to `d`; false when stopping.
   bool Sleep(absl::Duration d);
+  // Publishes the context of the call about to be made so Stop can cancel it (false: stopping).
+  bool BeginCall(grpc::ClientContext* ctx);
+  void EndCall();
 
   const std::string coordinator_;
   const v1::RegisterWorkerRequest registration_;
@@ -46,6 +49,7 @@ class Registrar {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  grpc::ClientContext* in_flight_ = nullptr;  // guarded by mu_; the call Loop is making
   int registrations_ = 0;
   std::thread thread_;
 };

@@ -1,10 +1,13 @@
 #include "worker/session_registry.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/planner/plan_checker.h"
 #include "coordinator/planner/plan_proto.h"
+#include "worker/cancellable_backend.h"
 
 namespace dfa {
 namespace {
@@ -35,6 +38,11 @@ struct SessionDeleter {
 };
 
 }  // namespace
+
+double DefaultCancelPieceFlops() {
+  return CancellableBackend::kFlopsPerThreadPiece *
+         std::max(1u, std::thread::hardware_concurrency());
+}
 
 absl::Status ValidateSpec(const v1::AttentionSpec& spec) {
   if (spec.batch() < 1 || spec.batch() > kMaxBatch) {
@@ -145,6 +153,11 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
   s->rank = req.rank();
   s->plan = *std::move(plan);
   ASSIGN_OR_RETURN(s->backend, make_backend_());
+  if (backend_name_ == "cpu" && cancel_piece_flops_ > 0) {
+    // A CPU step computes for seconds: cut units so a cancel lands within ~0.2 s.
+    s->backend = std::make_unique<CancellableBackend>(std::move(s->backend), &s->cancel,
+                                                      cancel_piece_flops_);
+  }
   ASSIGN_OR_RETURN(s->storage, SessionStorage::Create(s->backend.get(), shape, owned));
   ASSIGN_OR_RETURN(s->transport, CreateSessionTransport(backend_name_, req, cuda_device_));
   const int64_t pairs = int64_t{shape.batch} * rows;

@@ -23,6 +23,9 @@ namespace dfa {
 // thread at a time, and sessions may run jobs concurrently).
 using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()>;
 
+// CancellableBackend::kFlopsPerThreadPiece times the hardware threads.
+double DefaultCancelPieceFlops();
+
 class SessionRegistry {
  public:
   // `budget` must outlive the registry. `backend_name` selects the transports offered.
@@ -31,7 +34,8 @@ class SessionRegistry {
       : backend_name_(std::move(backend_name)),
         cuda_device_(cuda_device),
         budget_(budget),
-        make_backend_(std::move(make_backend)) {}
+        make_backend_(std::move(make_backend)),
+        cancel_piece_flops_(DefaultCancelPieceFlops()) {}
   ~SessionRegistry();
 
   // Validates the request (INVALID_ARGUMENT naming the field), reserves the session's memory
@@ -53,11 +57,17 @@ class SessionRegistry {
 
   int count() const;
 
+  // CPU sessions compute through a CancellableBackend whose pieces are worth at most `flops`
+  // (<= 0: units are not cut; cancellation then waits for the running step). Set before the
+  // registry serves; the default assumes all cores.
+  void set_cancel_piece_flops(double flops) { cancel_piece_flops_ = flops; }
+
  private:
   const std::string backend_name_;
   const int cuda_device_;
   MemoryBudget* budget_;
   BackendFactory make_backend_;
+  double cancel_piece_flops_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;
 };

@@ -18,6 +18,7 @@
 #include "grpcpp/server_builder.h"
 #include "kernels/attention_backend.h"
 #include "prometheus/exposer.h"
+#include "worker/cancellable_backend.h"
 #include "worker/job_runner.h"
 #include "worker/registrar.h"
 #include "worker/session_registry.h"
@@ -115,6 +116,8 @@ class WorkerDaemon::Impl {
       shutting_down = true;
     }
     if (registrar) registrar->Stop();
+    // Jobs stop within one CancellableBackend piece (CPU) or transport wait; then in-flight
+    // RPCs (uploads, downloads) get options.shutdown_grace before gRPC cancels them.
     if (jobs) jobs->CancelAll();
     if (server) {
       server->Shutdown(std::chrono::system_clock::now() +
@@ -191,6 +194,9 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   std::string worker_id = o.worker_id;
   impl->sessions = std::make_unique<SessionRegistry>(
       impl->backend_name, o.cuda_device, impl->budget.get(), make_backend);
+  if (o.threads > 0) {
+    impl->sessions->set_cancel_piece_flops(CancellableBackend::kFlopsPerThreadPiece * o.threads);
+  }
   impl->jobs = std::make_unique<JobRunner>(impl->sessions.get(), nullptr, o.step_timeout);
   impl->service = std::make_unique<WorkerServiceImpl>(impl->sessions.get(), impl->jobs.get(),
                                                       impl->budget.get(), nullptr);

@@ -28,7 +28,7 @@ struct WorkerOptions {
   std::string worker_id;               // default: worker-<host>-<port>
   double speed = 1.0;
   absl::Duration step_timeout = absl::Seconds(120);
-  absl::Duration shutdown_grace = absl::Seconds(5);
+  absl::Duration shutdown_grace = absl::Seconds(1);  // in-flight RPCs, after jobs are cancelled
 };
 
 class WorkerDaemon {

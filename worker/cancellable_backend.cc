@@ -1,0 +1,85 @@
+#include "worker/cancellable_backend.h"
+
+#include <algorithm>
+
+namespace dfa {
+namespace {
+
+constexpr int64_t kRowBlock = 64;  // the CPU kernel's query block (kernels/cpu kBlockM)
+
+}  // namespace
+
+absl::Status CancellableBackend::CheckCancelled() const {
+  if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+    return absl::CancelledError("job cancelled inside a unit");
+  }
+  return absl::OkStatus();
+}
+
+int64_t CancellableBackend::PieceEnd(int64_t r0, int64_t m, int64_t q_row0, int64_t kv_row0,
+                                     int64_t n, MaskKind mask, double flops_per_pair) const {
+  int64_t end = std::min(m, r0 + kRowBlock);
+  double flops =
+      flops_per_pair * static_cast<double>(VisiblePairs(q_row0 + r0, end - r0, kv_row0, n, mask));
+  while (end < m) {
+    const int64_t next = std::min(m, end + kRowBlock);
+    const double more = flops_per_pair * static_cast<double>(VisiblePairs(q_row0 + end, next - end,
+                                                                          kv_row0, n, mask));
+    if (flops + more > flops_per_piece_) break;
+    flops += more;
+    end = next;
+  }
+  return end;
+}
+
+absl::Status CancellableBackend::Forward(const ForwardArgs& a) {
+  RETURN_IF_ERROR(CheckCancelled());
+  const int64_t m = a.q.rows;
+  // 4·B·H·D FLOPs per visible pair (ForwardFlops without the causal halving: pairs are exact).
+  const double per_pair = 4.0 * a.q.batch * a.q.heads * a.q.head_dim;
+  if (m <= kRowBlock ||
+      per_pair * static_cast<double>(VisiblePairs(a.q_row0, m, a.kv_row0, a.k.rows, a.mask)) <=
+          flops_per_piece_) {
+    return inner_->Forward(a);
+  }
+  for (int64_t r0 = 0; r0 < m;) {
+    RETURN_IF_ERROR(CheckCancelled());
+    const int64_t r1 = PieceEnd(r0, m, a.q_row0, a.kv_row0, a.k.rows, a.mask, per_pair);
+    ForwardArgs p = a;
+    p.q = a.q.Slice(r0, r1 - r0);
+    p.q_row0 = a.q_row0 + r0;
+    p.out = a.out.Slice(r0, r1 - r0);
+    p.lse = a.lse.Slice(r0, r1 - r0);
+    RETURN_IF_ERROR(inner_->Forward(p));
+    r0 = r1;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CancellableBackend::Backward(const BackwardArgs& a) {
+  RETURN_IF_ERROR(CheckCancelled());
+  const int64_t m = a.q.rows;
+  const double per_pair = 2.5 * 4.0 * a.q.batch * a.q.heads * a.q.head_dim;
+  if (m <= kRowBlock ||
+      per_pair * static_cast<double>(VisiblePairs(a.q_row0, m, a.kv_row0, a.k.rows, a.mask)) <=
+          flops_per_piece_) {
+    return inner_->Backward(a);
+  }
+  for (int64_t r0 = 0; r0 < m;) {
+    RETURN_IF_ERROR(CheckCancelled());
+    const int64_t r1 = PieceEnd(r0, m, a.q_row0, a.kv_row0, a.k.rows, a.mask, per_pair);
+    BackwardArgs p = a;
+    p.q = a.q.Slice(r0, r1 - r0);
+    p.q_row0 = a.q_row0 + r0;
+    p.dout = a.dout.Slice(r0, r1 - r0);
+    p.lse = a.lse.Slice(r0, r1 - r0);
+    p.delta = a.delta.Slice(r0, r1 - r0);
+    p.dq = a.dq.Slice(r0, r1 - r0);
+    if (a.out.data != nullptr) p.out = a.out.Slice(r0, r1 - r0);
+    RETURN_IF_ERROR(inner_->Backward(p));
+    r0 = r1;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dfa
