@@ -148,6 +148,40 @@ TEST(NcclTransportTest, ManyMessagesPerPeerMatchInPostingOrder) {
   });
 }
 
+// The executor's early group of a step may hold only receives whose sends sit in the peer's
+// late group of the same step (the balanced plan's dK/dV partials at P = 2). With one NCCL
+// communicator, groups run in issue order, so two ranks doing this wait on each other for ever;
+// the transport's per-direction lanes must let it complete.
+TEST(NcclTransportTest, ReceiveOnlyGroupBeforeSendOnlyGroupDoesNotDeadlock) {
+  SKIP_UNLESS_GPUS(1);
+  constexpr size_t kBytes = size_t{256} << 20;  // far beyond what NCCL buffers without a receiver
+  RunRanks(kRanks, [&](int rank, NcclTransport* t, cudaStream_t s) {
+    const int peer = 1 - rank;
+    void *out = nullptr, *in = nullptr;
+    ASSERT_EQ(cudaMalloc(&out, kBytes), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&in, kBytes), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(out, 7 + rank, kBytes, s), cudaSuccess);
+    TransportMessage recv{peer, in, kBytes};
+    TransportMessage send{peer, out, kBytes};
+    auto early = t->Post({}, {&recv, 1}, s);
+    ASSERT_TRUE(early.ok()) << early.status();
+    auto late = t->Post({&send, 1}, {}, s);
+    ASSERT_TRUE(late.ok()) << late.status();
+    ASSERT_TRUE((*early)->Wait(s, absl::Seconds(20)).ok());
+    ASSERT_TRUE((*late)->Wait(s, absl::Seconds(20)).ok());
+    absl::Status st = t->Drain(absl::Seconds(30));
+    EXPECT_TRUE(st.ok()) << st;
+    uint8_t last = 0;
+    cudaMemcpyAsync(&last, static_cast<char*>(in) + kBytes - 1, 1, cudaMemcpyDeviceToHost, s);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(last, 7 + peer);
+    early->reset();
+    late->reset();
+    cudaFree(out);
+    cudaFree(in);
+  });
+}
+
 TEST(NcclTransportTest, BadMessagesAreRejected) {
   SKIP_UNLESS_GPUS(1);
   RunRanks(kRanks, [&](int rank, NcclTransport* t, cudaStream_t s) {

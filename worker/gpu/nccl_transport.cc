@@ -56,10 +56,10 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
   return t;
 }
 
-absl::Status NcclTransport::AwaitComm(absl::Time deadline, const char* what) {
+absl::Status NcclTransport::AwaitComm(ncclComm* comm, absl::Time deadline, const char* what) {
   while (true) {
     ncclResult_t async = ncclSuccess;
-    NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &async));
+    NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &async));
     if (async != ncclInProgress) return NcclStatus(async, what);
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
@@ -77,6 +77,7 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
   watchdog_period_ = options.watchdog_period;
   default_group_timeout_ = options.default_group_timeout;
   measure_compute_idle_ = options.measure_compute_idle;
+  lanes_ = options.directional_lanes ? kLanes : 1;
   sent_per_peer_ = std::vector<std::atomic<int64_t>>(size_);
   received_per_peer_ = std::vector<std::atomic<int64_t>>(size_);
   int count = 0;
@@ -88,11 +89,13 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   int least = 0, greatest = 0;
   CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  cudaStream_t stream = nullptr;
   // High priority: communication kernels get SMs as soon as they are queued, even while the
   // attention kernels of the current step fill the device.
-  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
-  comm_stream_ = stream;
+  for (int l = 0; l < lanes_; ++l) {
+    cudaStream_t stream = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
+    comm_streams_[l] = stream;
+  }
   cudaEvent_t ready = nullptr;
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
   ready_event_ = ready;
@@ -102,22 +105,24 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   absl::MutexLock lock(&comm_mu_);
+  const absl::Time deadline = absl::Now() + options.init_timeout;
   ncclComm_t comm = nullptr;
   NCCL_RETURN_IF_ERROR(ncclCommInitRankConfig(&comm, size_, id, rank_, &config));
-  comm_ = comm;
-  absl::Status st = AwaitComm(absl::Now() + options.init_timeout, "ncclCommInitRankConfig");
-  if (!st.ok()) {
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
-    comm_aborted_ = true;
-    failed_ = true;
-    return st;
+  comms_[0] = comm;
+  absl::Status st = AwaitComm(comms_[0], deadline, "ncclCommInitRankConfig");
+  if (st.ok() && lanes_ == 2) {
+    // The second lane: same ranks, its own communicator (collective over the group).
+    ncclComm_t second = nullptr;
+    st = NcclStatus(ncclCommSplit(comms_[0], 0, rank_, &second, &config), "ncclCommSplit");
+    if (st.ok()) st = AwaitComm(comms_[0], deadline, "ncclCommSplit");
+    if (st.ok()) {
+      comms_[1] = second;
+      st = AwaitComm(comms_[1], deadline, "ncclCommSplit (new communicator)");
+    }
   }
-  st = ConnectAll(absl::Now() + options.init_timeout);
+  if (st.ok()) st = ConnectAll(deadline);
   if (!st.ok()) {
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
-    comm_aborted_ = true;
+    AbortComms();
     failed_ = true;
     return st;
   }
@@ -134,18 +139,29 @@ absl::Status NcclTransport::ConnectAll(absl::Time deadline) {
   void* buf = nullptr;
   CUDA_RETURN_IF_ERROR(cudaMalloc(&buf, 2 * size_));
   char* b = static_cast<char*>(buf);
-  absl::Status st = [&]() -> absl::Status {
-    NCCL_RETURN_IF_ERROR(ncclGroupStart());
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      ncclSend(b + p, 1, ncclUint8, p, comm_, comm_stream_);
-      ncclRecv(b + size_ + p, 1, ncclUint8, p, comm_, comm_stream_);
+  auto lane_done = [&]() -> cudaError_t {
+    for (int l = 0; l < lanes_; ++l) {
+      cudaError_t q = cudaStreamQuery(comm_streams_[l]);
+      if (q != cudaSuccess) return q;
     }
-    ncclResult_t res = ncclGroupEnd();
-    if (res != ncclSuccess && res != ncclInProgress) return NcclStatus(res, "ncclGroupEnd");
-    RETURN_IF_ERROR(AwaitComm(deadline, "nccl connect to peers"));
+    return cudaSuccess;
+  };
+  absl::Status st = [&]() -> absl::Status {
+    for (int l = 0; l < lanes_; ++l) {
+      NCCL_RETURN_IF_ERROR(ncclGroupStart());
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        if (SendLane(p) == l) ncclSend(b + p, 1, ncclUint8, p, comms_[l], comm_streams_[l]);
+        if (RecvLane(p) == l) {
+          ncclRecv(b + size_ + p, 1, ncclUint8, p, comms_[l], comm_streams_[l]);
+        }
+      }
+      ncclResult_t res = ncclGroupEnd();
+      if (res != ncclSuccess && res != ncclInProgress) return NcclStatus(res, "ncclGroupEnd");
+      RETURN_IF_ERROR(AwaitComm(comms_[l], deadline, "nccl connect to peers"));
+    }
     while (true) {
-      cudaError_t q = cudaStreamQuery(comm_stream_);
+      cudaError_t q = lane_done();
       if (q == cudaSuccess) return absl::OkStatus();
       if (q != cudaErrorNotReady) return CudaStatus(q, "nccl connect to peers");
       if (absl::Now() > deadline) {
@@ -161,7 +177,7 @@ absl::Status NcclTransport::ConnectAll(absl::Time deadline) {
 
 NcclTransport::~NcclTransport() {
   bool healthy = !failed_.load();
-  if (healthy && comm_stream_ != nullptr) healthy = Drain(absl::Seconds(30)).ok();
+  if (healthy && comm_streams_[0] != nullptr) healthy = Drain(absl::Seconds(30)).ok();
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -170,21 +186,28 @@ NcclTransport::~NcclTransport() {
   cudaSetDevice(device_);
   {
     absl::MutexLock lock(&comm_mu_);
-    if (comm_ != nullptr && !comm_aborted_) {
-      bool destroyed = false;
-      if (healthy) {
-        ncclResult_t res = ncclCommFinalize(comm_);
-        if ((res == ncclSuccess || res == ncclInProgress) &&
-            AwaitComm(absl::Now() + absl::Seconds(10), "ncclCommFinalize").ok()) {
-          destroyed = ncclCommDestroy(comm_) == ncclSuccess;
+    if (!comm_aborted_) {
+      for (int l = lanes_ - 1; l >= 0; --l) {
+        if (comms_[l] == nullptr) continue;
+        bool destroyed = false;
+        if (healthy) {
+          ncclResult_t res = ncclCommFinalize(comms_[l]);
+          if ((res == ncclSuccess || res == ncclInProgress) &&
+              AwaitComm(comms_[l], absl::Now() + absl::Seconds(10), "ncclCommFinalize").ok()) {
+            destroyed = ncclCommDestroy(comms_[l]) == ncclSuccess;
+          }
         }
+        if (!destroyed) ncclCommAbort(comms_[l]);
+        comms_[l] = nullptr;
       }
-      if (!destroyed) ncclCommAbort(comm_);
     }
-    comm_ = nullptr;
   }
   absl::MutexLock lock(&mu_);
-  for (auto& s : outstanding_) cudaEventDestroy(s->done);
+  for (auto& s : outstanding_) {
+    for (CUevent_st* e : s->done) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  }
   for (CUevent_st* e : free_events_) cudaEventDestroy(e);
   for (auto& [a, b] : idle_pairs_) {
     cudaEventDestroy(a);
@@ -192,7 +215,9 @@ NcclTransport::~NcclTransport() {
   }
   for (CUevent_st* e : free_timing_events_) cudaEventDestroy(e);
   if (ready_event_ != nullptr) cudaEventDestroy(ready_event_);
-  if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+  for (CUstream_st* st : comm_streams_) {
+    if (st != nullptr) cudaStreamDestroy(st);
+  }
 }
 
 std::vector<int64_t> NcclTransport::bytes_sent_per_peer() const {
@@ -219,12 +244,17 @@ void NcclTransport::Fail(absl::Status error) {
     failed_ = true;
   }
   absl::MutexLock lock(&comm_mu_);
-  if (comm_ != nullptr && !comm_aborted_) {
-    // Releases NCCL kernels that wait on a lost peer, so the streams drain instead of hanging.
-    ncclCommAbort(comm_);
-    comm_aborted_ = true;
-    comm_ = nullptr;
+  // Releases NCCL kernels that wait on a lost peer, so the streams drain instead of hanging.
+  AbortComms();
+}
+
+void NcclTransport::AbortComms() {
+  if (comm_aborted_) return;
+  for (int l = kLanes - 1; l >= 0; --l) {
+    if (comms_[l] != nullptr) ncclCommAbort(comms_[l]);
+    comms_[l] = nullptr;
   }
+  comm_aborted_ = true;
 }
 
 void NcclTransport::Abort() { Fail(absl::CancelledError("nccl transport: aborted")); }
@@ -253,12 +283,15 @@ void NcclTransport::Tighten(GroupState* state, absl::Time deadline) {
   state->deadline = std::min(state->deadline, deadline);
 }
 
-absl::Status NcclTransport::StreamWait(void* compute_stream, CUevent_st* done) {
+absl::Status NcclTransport::StreamWait(void* compute_stream, CUevent_st* const* done) {
   cudaStream_t s = static_cast<cudaStream_t>(compute_stream);
-  if (!measure_compute_idle_) {
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, done, 0));
+  auto wait_all = [&]() -> absl::Status {
+    for (int l = 0; l < kLanes; ++l) {
+      if (done[l] != nullptr) CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, done[l], 0));
+    }
     return absl::OkStatus();
-  }
+  };
+  if (!measure_compute_idle_) return wait_all();
   cudaEvent_t ev[2] = {nullptr, nullptr};
   {
     absl::MutexLock lock(&mu_);
@@ -273,7 +306,7 @@ absl::Status NcclTransport::StreamWait(void* compute_stream, CUevent_st* done) {
     if (e == nullptr) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], s));
-  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, done, 0));
+  RETURN_IF_ERROR(wait_all());
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], s));
   absl::MutexLock lock(&mu_);
   idle_pairs_.emplace_back(ev[0], ev[1]);
@@ -319,53 +352,81 @@ absl::StatusOr<std::unique_ptr<PendingGroup>> NcclTransport::Post(
   for (size_t i = 0; i < recvs.size(); ++i) RETURN_IF_ERROR(check(recvs[i], "recvs", i));
   RETURN_IF_ERROR(status());
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  ASSIGN_OR_RETURN(CUevent_st * done, TakeEvent());
+  // Which lanes this group uses (a group with no message still gets lane 0's done event).
+  bool used[kLanes] = {false, false};
+  for (const auto& m : sends) used[SendLane(m.peer)] = true;
+  for (const auto& m : recvs) used[RecvLane(m.peer)] = true;
+  if (!used[0] && !used[1]) used[0] = true;
   auto state = std::make_shared<GroupState>();
-  state->done = done;
   state->deadline = absl::Now() + default_group_timeout_;
+  auto give_back_events = [&]() {
+    absl::MutexLock lock(&mu_);
+    for (CUevent_st*& e : state->done) {
+      if (e != nullptr) free_events_.push_back(e);
+      e = nullptr;
+    }
+  };
+  for (int l = 0; l < kLanes; ++l) {
+    if (!used[l]) continue;
+    auto e = TakeEvent();
+    if (!e.ok()) {
+      give_back_events();
+      return e.status();
+    }
+    state->done[l] = *e;
+  }
 
   absl::Status st;
   int64_t sent = 0, received = 0;
   {
     absl::MutexLock lock(&comm_mu_);
-    if (comm_ == nullptr) {
-      absl::MutexLock l2(&mu_);
-      free_events_.push_back(done);
-      return error_.ok() ? absl::FailedPreconditionError("nccl: no communicator") : error_;
+    if (comm_aborted_ || comms_[0] == nullptr) {
+      give_back_events();
+      absl::Status err = status();
+      return err.ok() ? absl::FailedPreconditionError("nccl: no communicator") : err;
     }
     auto post = [&]() -> absl::Status {
       // Sends read data produced by work already queued on the compute stream; receives may
       // overwrite buffers that queued computes still read. Both wait for it.
       CUDA_RETURN_IF_ERROR(
           cudaEventRecord(ready_event_, static_cast<cudaStream_t>(ready_stream)));
-      CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_stream_, ready_event_, 0));
-      if (!sends.empty() || !recvs.empty()) {
-        NCCL_RETURN_IF_ERROR(ncclGroupStart());
-        for (const auto& m : sends) {
-          ncclSend(m.data, m.bytes, ncclUint8, m.peer, comm_, comm_stream_);
-          sent += static_cast<int64_t>(m.bytes);
-          sent_per_peer_[m.peer] += static_cast<int64_t>(m.bytes);
+      for (int l = 0; l < kLanes; ++l) {
+        if (!used[l]) continue;
+        cudaStream_t stream = comm_streams_[l];
+        CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, ready_event_, 0));
+        bool any = false;
+        for (const auto& m : sends) any |= SendLane(m.peer) == l;
+        for (const auto& m : recvs) any |= RecvLane(m.peer) == l;
+        if (any) {
+          NCCL_RETURN_IF_ERROR(ncclGroupStart());
+          for (const auto& m : sends) {
+            if (SendLane(m.peer) != l) continue;
+            ncclSend(m.data, m.bytes, ncclUint8, m.peer, comms_[l], stream);
+            sent += static_cast<int64_t>(m.bytes);
+            sent_per_peer_[m.peer] += static_cast<int64_t>(m.bytes);
+          }
+          for (const auto& m : recvs) {
+            if (RecvLane(m.peer) != l) continue;
+            ncclRecv(m.data, m.bytes, ncclUint8, m.peer, comms_[l], stream);
+            received += static_cast<int64_t>(m.bytes);
+            received_per_peer_[m.peer] += static_cast<int64_t>(m.bytes);
+          }
+          // Errors of the individual calls are reported by ncclGroupEnd (non-blocking comm).
+          ncclResult_t res = ncclGroupEnd();
+          if (res != ncclSuccess && res != ncclInProgress) return NcclStatus(res, "ncclGroupEnd");
+          RETURN_IF_ERROR(
+              AwaitComm(comms_[l], absl::Now() + absl::Seconds(60), "nccl group launch"));
         }
-        for (const auto& m : recvs) {
-          ncclRecv(m.data, m.bytes, ncclUint8, m.peer, comm_, comm_stream_);
-          received += static_cast<int64_t>(m.bytes);
-          received_per_peer_[m.peer] += static_cast<int64_t>(m.bytes);
-        }
-        // Errors of the individual calls are reported by ncclGroupEnd (non-blocking comm).
-        ncclResult_t res = ncclGroupEnd();
-        if (res != ncclSuccess && res != ncclInProgress) return NcclStatus(res, "ncclGroupEnd");
-        RETURN_IF_ERROR(AwaitComm(absl::Now() + absl::Seconds(60), "nccl group launch"));
+        CUDA_RETURN_IF_ERROR(cudaEventRecord(state->done[l], stream));
       }
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(done, comm_stream_));
       return absl::OkStatus();
     };
     st = post();
   }
   if (!st.ok()) {
     Fail(st);
-    absl::MutexLock lock(&mu_);
-    free_events_.push_back(done);
-    return error_;
+    give_back_events();
+    return status();
   }
   bytes_sent_ += sent;
   bytes_received_ += received;
@@ -379,12 +440,16 @@ absl::StatusOr<std::unique_ptr<PendingGroup>> NcclTransport::Post(
 absl::Status NcclTransport::Drain(absl::Duration timeout) {
   RETURN_IF_ERROR(status());
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  cudaEvent_t probe = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&probe, cudaEventDisableTiming));
-  absl::Status st = CudaStatus(cudaEventRecord(probe, comm_stream_), "cudaEventRecord");
+  cudaEvent_t probe[kLanes] = {nullptr, nullptr};
+  absl::Status st;
+  for (int l = 0; l < lanes_ && st.ok(); ++l) {
+    st = CudaStatus(cudaEventCreateWithFlags(&probe[l], cudaEventDisableTiming), "cudaEventCreate");
+    if (st.ok()) st = CudaStatus(cudaEventRecord(probe[l], comm_streams_[l]), "cudaEventRecord");
+  }
   const absl::Time deadline = absl::Now() + timeout;
   while (st.ok()) {
-    cudaError_t q = cudaEventQuery(probe);
+    cudaError_t q = cudaSuccess;
+    for (int l = 0; l < lanes_ && q == cudaSuccess; ++l) q = cudaEventQuery(probe[l]);
     if (q == cudaSuccess) break;
     if (q != cudaErrorNotReady) {
       st = CudaStatus(q, "cudaEventQuery(comm stream)");
@@ -401,7 +466,9 @@ absl::Status NcclTransport::Drain(absl::Duration timeout) {
     }
     absl::SleepFor(absl::Microseconds(50));
   }
-  cudaEventDestroy(probe);
+  for (cudaEvent_t p : probe) {
+    if (p != nullptr) cudaEventDestroy(p);
+  }
   if (st.ok()) st = status();
   return st;
 }
@@ -417,9 +484,10 @@ void NcclTransport::WatchdogLoop() {
     if (failed_.load()) continue;  // keep recycling nothing; the transport is dead
     absl::Status to_fail;
     if (comm_mu_.TryLock()) {
-      if (comm_ != nullptr) {
+      for (int l = 0; l < kLanes && to_fail.ok(); ++l) {
+        if (comm_aborted_ || comms_[l] == nullptr) continue;
         ncclResult_t async = ncclSuccess;
-        ncclResult_t res = ncclCommGetAsyncError(comm_, &async);
+        ncclResult_t res = ncclCommGetAsyncError(comms_[l], &async);
         if (res != ncclSuccess) {
           to_fail = NcclStatus(res, "ncclCommGetAsyncError");
         } else if (async != ncclSuccess && async != ncclInProgress) {
@@ -437,7 +505,10 @@ void NcclTransport::WatchdogLoop() {
       keep.reserve(outstanding_.size());
       for (auto& s : outstanding_) {
         if (!s->completed) {
-          cudaError_t q = cudaEventQuery(s->done);
+          cudaError_t q = cudaSuccess;
+          for (CUevent_st* e : s->done) {
+            if (e != nullptr && q == cudaSuccess) q = cudaEventQuery(e);
+          }
           if (q == cudaSuccess) {
             s->completed = true;
           } else if (q != cudaErrorNotReady) {
@@ -449,7 +520,9 @@ void NcclTransport::WatchdogLoop() {
           }
         }
         if (s->completed && s->released) {
-          free_events_.push_back(s->done);
+          for (CUevent_st* e : s->done) {
+            if (e != nullptr) free_events_.push_back(e);
+          }
         } else {
           keep.push_back(std::move(s));
         }

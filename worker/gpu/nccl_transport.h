@@ -7,6 +7,14 @@
 // One NCCL group per Post() pairs every send and receive of a plan step, so no posting order
 // can deadlock; messages between one pair of ranks are matched in posting order.
 //
+// Two lanes: messages from a lower to a higher rank travel on one communicator and stream,
+// messages from a higher to a lower rank on another (made by ncclCommSplit). NCCL runs the
+// groups of one communicator in issue order, each group as a unit, so with a single lane two
+// ranks that each post a receive-only group before a send-only group (the executor's early
+// and late groups, e.g. dK/dV partials in the balanced plan's last backward step) wait on each
+// other for ever. Per direction, a rank's groups only ever wait on groups of lower ranks
+// (lane 0) or of higher ranks (lane 1), so no cycle can form.
+//
 // Failure handling: the communicator is non-blocking (ncclConfig_t.blocking = 0). A watchdog
 // thread polls ncclCommGetAsyncError and the "done" events of groups that have been waited on;
 // when NCCL reports an error, or a group is not done by the deadline given to Wait(), it
@@ -63,6 +71,8 @@ struct NcclTransportOptions {
   // tell how long the compute stream stood still waiting for data (the GPU's idle time; host
   // clocks cannot see it since nothing waits on the host).
   bool measure_compute_idle = true;
+  // Two communicators, one per direction (see above). false: one (tests of the old behaviour).
+  bool directional_lanes = true;
 };
 
 class NcclTransport : public Transport {
@@ -98,14 +108,15 @@ class NcclTransport : public Transport {
   // call: the sum over waits of the time between "compute reached the wait" and "data arrived".
   // Call after the stream was synchronised (FAILED_PRECONDITION if a wait has not run yet).
   absl::StatusOr<double> CollectComputeIdleSeconds();
-  // The communication stream (cudaStream_t), for tests and diagnostics.
-  void* comm_stream() const { return comm_stream_; }
+  // The communication stream of lane 0 (cudaStream_t), for tests and diagnostics.
+  void* comm_stream() const { return comm_streams_[0]; }
 
  private:
   class Group;
   // One posted group, shared by its Group handle and the watchdog.
+  static constexpr int kLanes = 2;
   struct GroupState {
-    CUevent_st* done = nullptr;
+    CUevent_st* done[kLanes] = {nullptr, nullptr};  // per lane; nullptr: lane unused
     absl::Time deadline;
     bool completed = false;  // done event observed complete
     bool released = false;   // Group handle destroyed; event may be recycled once completed
@@ -117,22 +128,27 @@ class NcclTransport : public Transport {
   // Records `error` (the first one wins) and aborts the communicator. Any thread.
   void Fail(absl::Status error);
   // Polls ncclCommGetAsyncError until the communicator is no longer "in progress".
-  absl::Status AwaitComm(absl::Time deadline, const char* what)
+  absl::Status AwaitComm(ncclComm* comm, absl::Time deadline, const char* what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_);
-  // One exchange with every peer, so NCCL sets up its connections now (see the .cc).
+  // Lane of a message to (send) or from (recv) `peer`: 0 when it flows to a higher rank.
+  int SendLane(int peer) const { return lanes_ == 1 || rank_ < peer ? 0 : 1; }
+  int RecvLane(int peer) const { return lanes_ == 1 || peer < rank_ ? 0 : 1; }
+  void AbortComms() ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_);
+  // One exchange with every peer on every lane, so NCCL sets up its connections now.
   absl::Status ConnectAll(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_);
   absl::StatusOr<CUevent_st*> TakeEvent();
   void Release(GroupState* state);
   void Tighten(GroupState* state, absl::Time deadline);
   // Queues "compute_stream waits for done", bracketed by timing events when measuring.
-  absl::Status StreamWait(void* compute_stream, CUevent_st* done);
+  absl::Status StreamWait(void* compute_stream, CUevent_st* const* done);
 
   int device_ = 0;
   int rank_ = 0;
   int size_ = 1;
   absl::Duration watchdog_period_;
   absl::Duration default_group_timeout_;
-  CUstream_st* comm_stream_ = nullptr;
+  int lanes_ = kLanes;
+  CUstream_st* comm_streams_[kLanes] = {nullptr, nullptr};
   CUevent_st* ready_event_ = nullptr;  // re-recorded by every Post (under comm_mu_)
 
   std::atomic<int64_t> bytes_sent_{0};
@@ -142,7 +158,7 @@ class NcclTransport : public Transport {
 
   // Serialises NCCL calls that use comm_ against ncclCommAbort (which frees it).
   absl::Mutex comm_mu_;
-  ncclComm* comm_ ABSL_GUARDED_BY(comm_mu_) = nullptr;
+  ncclComm* comms_[kLanes] ABSL_GUARDED_BY(comm_mu_) = {nullptr, nullptr};
   bool comm_aborted_ ABSL_GUARDED_BY(comm_mu_) = false;
 
   mutable absl::Mutex mu_;
