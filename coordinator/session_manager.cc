@@ -181,7 +181,8 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
     sessions_.emplace(info->session_id, std::move(entry));
   }
 
-  absl::Status opened = OpenOnWorkers(info.get());
+  std::vector<int64_t> worker_bytes;
+  absl::Status opened = OpenOnWorkers(info.get(), &worker_bytes);
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(info->session_id);
@@ -189,6 +190,10 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
     if (!opened.ok()) {
       sessions_.erase(it);
     } else {
+      // A worker that reserved more than estimated is accounted at its own figure.
+      for (SessionShard& shard : info->shards) {
+        shard.bytes = std::max(shard.bytes, worker_bytes[shard.rank]);
+      }
       it->second.open = true;
       it->second.last_active = absl::Now();
     }
@@ -215,8 +220,11 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
   return response;
 }
 
-absl::Status SessionManager::OpenOnWorkers(SessionInfo* info) {
+absl::Status SessionManager::OpenOnWorkers(SessionInfo* info,
+                                           std::vector<int64_t>* worker_bytes) {
   const int n = static_cast<int>(info->shards.size());
+  std::vector<int64_t>& reserved_by_worker = *worker_bytes;
+  reserved_by_worker.assign(n, 0);
   info->transport_addresses.assign(n, "");
   std::vector<absl::Status> results(n);
   std::string nccl_id;
@@ -241,7 +249,10 @@ absl::Status SessionManager::OpenOnWorkers(SessionInfo* info) {
     auto ctx = ContextWithTimeout(options_.rpc_timeout);
     results[r] = FromGrpcStatus(stubs_->Get(s.address)->OpenSession(ctx.get(), req, &resp),
                                 absl::StrCat(WorkerName(s), " OpenSession"));
-    if (results[r].ok()) info->transport_addresses[r] = resp.transport_address();
+    if (results[r].ok()) {
+      info->transport_addresses[r] = resp.transport_address();
+      reserved_by_worker[r] = resp.bytes_reserved();
+    }
   };
   // NCCL: rank 0 creates the group's unique id and returns it as its transport address; the
   // other ranks receive it in nccl_unique_id. UCX: all ranks open at once.

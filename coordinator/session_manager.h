@@ -92,8 +92,9 @@ class SessionManager {
   absl::StatusOr<std::vector<RegisteredWorker>> Place(const v1::CreateSessionRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ReservedLocked(const std::string& worker_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls OpenSession on every shard; fills info->transport_addresses.
-  absl::Status OpenOnWorkers(SessionInfo* info);
+  // Calls OpenSession on every shard; fills info->transport_addresses and, per rank, the bytes
+  // the worker says it reserved.
+  absl::Status OpenOnWorkers(SessionInfo* info, std::vector<int64_t>* worker_bytes);
   void CloseOnWorkers(const SessionInfo& info, const std::vector<bool>& opened);
   void Tombstone(const std::string& session_id, const std::string& client_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
