@@ -62,6 +62,30 @@ TEST_F(JobsTest, ForwardThenBackwardSucceedWithStatsAndFlops) {
             grpc::StatusCode::PERMISSION_DENIED);
 }
 
+TEST_F(JobsTest, CudaSessionsOpenRankZeroFirstAndShareItsNcclId) {
+  StartCoordinator();
+  for (int i = 0; i < 2; ++i) {
+    FakeWorkerOptions o;
+    o.id = "gpu" + std::to_string(i);
+    o.backend = "cuda";
+    AddWorker(o);
+  }
+  AddCpuWorkers(3);  // GPU workers are preferred; the session does not mix backends
+  v1::AttentionSpec spec = GoodSpec();
+  spec.set_head_dim(128);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(spec, &created).ok());
+  ASSERT_EQ(created.shards_size(), 2);
+  const std::string rank0 = created.shards(0).worker_id();
+  for (int i = 0; i < 2; ++i) {
+    v1::OpenSessionRequest open = workers_[i]->last_open();
+    EXPECT_EQ(open.transport(), "nccl");
+    // Rank 0 creates the id (and returns it as its transport address); the others get it.
+    EXPECT_EQ(open.nccl_unique_id(), open.rank() == 0 ? "" : "addr-" + rank0);
+  }
+  for (int i = 2; i < 5; ++i) EXPECT_EQ(workers_[i]->opened(), 0);
+}
+
 TEST_F(JobsTest, SecondJobWhileOneRunsIsFailedPreconditionAndCancelStopsWorkers) {
   StartCoordinator();
   AddCpuWorkers(2);
