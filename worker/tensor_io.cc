@@ -92,9 +92,15 @@ absl::Status MoveRows(WorkerSession* s, v1::TensorKind kind, int b, int64_t loca
                   : be->Copy(transit, p, bytes, CopyKind::kDeviceToHost, nullptr);
   }
   // fp32 gradients -> client dtype (download only; uploads are never fp32-held kinds).
-  std::vector<float> tmp(static_cast<size_t>(elems));
-  RETURN_IF_ERROR(be->Copy(tmp.data(), p, tmp.size() * 4, CopyKind::kDeviceToHost, nullptr));
-  for (int64_t i = 0; i < elems; ++i) StoreFromFloat(transit, client, i, tmp[i]);
+  // Host storage (cpu) converts in one pass; device storage is staged through the host.
+  const float* src = reinterpret_cast<const float*>(p);
+  std::vector<float> tmp;
+  if (be->Name() != "cpu") {
+    tmp.resize(static_cast<size_t>(elems));
+    RETURN_IF_ERROR(be->Copy(tmp.data(), p, tmp.size() * 4, CopyKind::kDeviceToHost, nullptr));
+    src = tmp.data();
+  }
+  for (int64_t i = 0; i < elems; ++i) StoreFromFloat(transit, client, i, src[i]);
   return absl::OkStatus();
 }
 
@@ -121,29 +127,63 @@ int64_t TransitRowBytes(const WorkerSession& s, v1::TensorKind kind) {
          DTypeSize(ClientDType(s));
 }
 
-absl::Status WriteChunk(WorkerSession* s, const v1::TensorChunk& chunk) {
-  if (!IsUploadKind(chunk.kind())) {
+namespace {
+
+// Checks an uploaded chunk's header against the shard; returns its first local row.
+absl::StatusOr<int64_t> CheckUploadChunk(const WorkerSession& s, v1::TensorKind kind,
+                                         int32_t batch_index, const RowRange& r,
+                                         int64_t data_size) {
+  if (!IsUploadKind(kind)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "chunk.kind = ", KindName(chunk.kind()), ": only TENSOR_Q, TENSOR_K, TENSOR_V and "
+        "chunk.kind = ", KindName(kind), ": only TENSOR_Q, TENSOR_K, TENSOR_V and "
         "TENSOR_DO can be uploaded"));
   }
-  if (chunk.batch_index() < 0 || chunk.batch_index() >= s->spec.batch()) {
-    return absl::OutOfRangeError(absl::StrCat("chunk.batch_index = ", chunk.batch_index(),
-                                              " is outside [0, ", s->spec.batch(), ")"));
+  if (batch_index < 0 || batch_index >= s.spec.batch()) {
+    return absl::OutOfRangeError(absl::StrCat("chunk.batch_index = ", batch_index,
+                                              " is outside [0, ", s.spec.batch(), ")"));
   }
-  const RowRange r{chunk.rows().begin(), chunk.rows().end()};
-  ASSIGN_OR_RETURN(const int64_t local, LocalRowOf(*s, r, "chunk.rows"));
-  const int64_t want = r.size() * TransitRowBytes(*s, chunk.kind());
-  if (static_cast<int64_t>(chunk.data().size()) != want) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk.data has ", chunk.data().size(),
+  ASSIGN_OR_RETURN(const int64_t local, LocalRowOf(s, r, "chunk.rows"));
+  const int64_t want = r.size() * TransitRowBytes(s, kind);
+  if (data_size != want) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk.data has ", data_size,
                                                    " bytes; rows [", r.begin, ", ", r.end, ") of ",
-                                                   KindName(chunk.kind()), " need ", want));
+                                                   KindName(kind), " need ", want));
   }
+  return local;
+}
+
+void MarkUploaded(WorkerSession* s, v1::TensorKind kind, int32_t b, int64_t local, int64_t n) {
+  CoverageOf(s, kind)->Mark(b * s->storage->rows() + local, n);
+  Invalidate(s, kind);
+}
+
+}  // namespace
+
+absl::Status WriteChunk(WorkerSession* s, const v1::TensorChunk& chunk) {
+  const RowRange r{chunk.rows().begin(), chunk.rows().end()};
+  ASSIGN_OR_RETURN(const int64_t local,
+                   CheckUploadChunk(*s, chunk.kind(), chunk.batch_index(), r,
+                                    static_cast<int64_t>(chunk.data().size())));
   RETURN_IF_ERROR(MoveRows(s, chunk.kind(), chunk.batch_index(), local, r.size(),
                            reinterpret_cast<uint8_t*>(const_cast<char*>(chunk.data().data())),
                            /*upload=*/true));
-  CoverageOf(s, chunk.kind())->Mark(chunk.batch_index() * s->storage->rows() + local, r.size());
-  Invalidate(s, chunk.kind());
+  MarkUploaded(s, chunk.kind(), chunk.batch_index(), local, r.size());
+  return absl::OkStatus();
+}
+
+absl::Status WriteWireChunk(WorkerSession* s, const WireChunk& chunk) {
+  const RowRange r{chunk.row_begin, chunk.row_end};
+  ASSIGN_OR_RETURN(const int64_t local,
+                   CheckUploadChunk(*s, chunk.kind, chunk.batch_index, r, chunk.data_size));
+  // Upload kinds are held in the client's dtype, rows dense: the chunk is one contiguous run
+  // of storage, filled piece by piece.
+  const TensorView v = ViewOf(*s, chunk.kind);
+  uint8_t* dst = RowPtr(v, chunk.batch_index, local);
+  for (const BytePiece& p : chunk.data) {
+    RETURN_IF_ERROR(s->backend->Copy(dst, p.data, p.size, CopyKind::kHostToDevice, nullptr));
+    dst += p.size;
+  }
+  MarkUploaded(s, chunk.kind, chunk.batch_index, local, r.size());
   return absl::OkStatus();
 }
 
@@ -162,6 +202,12 @@ absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind) {
         "kind = ", KindName(kind), ": no backward job has run on the current inputs"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ReadRowsTo(WorkerSession* s, v1::TensorKind kind, int b, const RowRange& range,
+                        uint8_t* out) {
+  ASSIGN_OR_RETURN(const int64_t local, LocalRowOf(*s, range, "rows"));
+  return MoveRows(s, kind, b, local, range.size(), out, /*upload=*/false);
 }
 
 absl::Status ReadRows(WorkerSession* s, v1::TensorKind kind, int b, const RowRange& range,

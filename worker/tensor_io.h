@@ -14,6 +14,7 @@
 #include <string>
 
 #include "dfa/v1/attention.pb.h"
+#include "worker/chunk_wire.h"
 #include "worker/worker_session.h"
 
 namespace dfa {
@@ -25,6 +26,15 @@ int64_t TransitRowBytes(const WorkerSession& s, v1::TensorKind kind);
 // (e.g. "chunk"). Marks the rows covered and invalidates results computed from older inputs.
 // Does NOT check the CRC (the caller does, before).
 absl::Status WriteChunk(WorkerSession* s, const v1::TensorChunk& chunk);
+
+// WriteChunk for a chunk read straight off the wire (worker/chunk_wire.h): the same checks,
+// and the data pieces are copied into the session's storage without an intermediate buffer.
+absl::Status WriteWireChunk(WorkerSession* s, const WireChunk& chunk);
+
+// Rows [range.begin, range.end) of batch b of `kind` in transit layout into out[0, n), where
+// n = range.size() * TransitRowBytes (one pass; fp32 gradients converted on the way).
+absl::Status ReadRowsTo(WorkerSession* s, v1::TensorKind kind, int b, const RowRange& range,
+                        uint8_t* out);
 
 // Rows [range.begin, range.end) of batch b of `kind` in transit layout, appended to *out.
 // The range must lie inside one owned range.

@@ -10,6 +10,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/support/method_handler.h"
+#include "worker/chunk_wire.h"
 #include "worker/crc32c.h"
 #include "worker/tensor_io.h"
 
@@ -18,6 +20,8 @@ namespace {
 
 constexpr int64_t kDefaultChunkBytes = 4 << 20;
 constexpr int64_t kMaxChunkBytes = 32 << 20;
+constexpr int kUploadMethodIndex = 4;    // rpc order in proto/dfa/v1/worker.proto
+constexpr int kDownloadMethodIndex = 5;
 
 const char* CodeName(absl::StatusCode c) {
   switch (c) {
@@ -61,6 +65,32 @@ struct ShmMapping {
 
 }  // namespace
 
+WorkerServiceImpl::WorkerServiceImpl(SessionRegistry* sessions, JobRunner* jobs,
+                                     MemoryBudget* budget, WorkerMetrics* metrics)
+    : sessions_(sessions), jobs_(jobs), budget_(budget), metrics_(metrics) {
+  // Method indices follow the rpc order in worker.proto (Upload is the 5th, Download the 6th).
+  // Download becomes a bidi handler that reads its one request itself: on the wire a
+  // server-streaming call and a bidi call with one request are the same.
+  MarkMethodStreamed(
+      kUploadMethodIndex,
+      new grpc::internal::ClientStreamingHandler<WorkerServiceImpl, grpc::ByteBuffer,
+                                                 v1::UploadResponse>(
+          [](WorkerServiceImpl* self, grpc::ServerContext* ctx,
+             grpc::ServerReader<grpc::ByteBuffer>* reader, v1::UploadResponse* resp) {
+            return self->RawUpload(ctx, reader, resp);
+          },
+          this));
+  MarkMethodStreamed(
+      kDownloadMethodIndex,
+      new grpc::internal::BidiStreamingHandler<WorkerServiceImpl, v1::DownloadRequest,
+                                               grpc::ByteBuffer>(
+          [](WorkerServiceImpl* self, grpc::ServerContext* ctx,
+             grpc::ServerReaderWriter<grpc::ByteBuffer, v1::DownloadRequest>* stream) {
+            return self->RawDownload(ctx, stream);
+          },
+          this));
+}
+
 grpc::Status WorkerServiceImpl::Finish(const char* method, const absl::Status& st) {
   if (st.ok()) return grpc::Status::OK;
   if (WorkerMetrics* m = metrics_.load()) m->CountGrpcError(method, CodeName(st.code()));
@@ -103,42 +133,46 @@ grpc::Status WorkerServiceImpl::CloseSession(grpc::ServerContext*,
   return Finish("CloseSession", st);
 }
 
-absl::Status WorkerServiceImpl::DoUpload(grpc::ServerReader<v1::UploadRequest>* reader,
+absl::Status WorkerServiceImpl::DoUpload(grpc::ServerReader<grpc::ByteBuffer>* reader,
                                          v1::UploadResponse* resp) {
-  v1::UploadRequest msg;
+  grpc::ByteBuffer buffer;
+  ChunkFrame frame;
   std::shared_ptr<WorkerSession> s;
   int64_t bytes = 0;
   int32_t chunks = 0;
-  while (reader->Read(&msg)) {
+  while (reader->Read(&buffer)) {
+    RETURN_IF_ERROR(frame.ParseUploadRequest(buffer));
     if (s == nullptr) {
-      if (msg.session_id().empty()) {
+      if (frame.session_id().empty()) {
         return absl::InvalidArgumentError("session_id must be set on the first message");
       }
-      ASSIGN_OR_RETURN(s, sessions_->Find(msg.session_id(), msg.client_id(), true));
-    } else if (!msg.session_id().empty() && msg.session_id() != s->id) {
+      ASSIGN_OR_RETURN(s, sessions_->Find(frame.session_id(), frame.client_id(), true));
+    } else if (!frame.session_id().empty() && frame.session_id() != s->id) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "session_id = '", msg.session_id(), "' differs from the stream's '", s->id, "'"));
+          "session_id = '", frame.session_id(), "' differs from the stream's '", s->id, "'"));
     }
-    if (!msg.has_chunk()) {
-      if (chunks == 0 && s != nullptr) continue;  // a header-only first message is fine
+    if (!frame.has_chunk()) {
+      if (chunks == 0) continue;  // a header-only first message is fine
       return absl::InvalidArgumentError(absl::StrCat("chunk is missing in message ", chunks));
     }
-    const v1::TensorChunk& c = msg.chunk();
-    const uint32_t crc = Crc32c(c.data().data(), c.data().size());
-    if (crc != c.crc32c()) {
+    const WireChunk& c = frame.chunk();
+    const uint32_t crc = c.DataCrc32c();
+    if (crc != c.crc32c) {
       return absl::DataLossError(absl::StrCat(
-          "chunk.crc32c = ", c.crc32c(), " does not match the data (", crc, ") of chunk ", chunks,
-          " (", v1::TensorKind_Name(c.kind()), " rows [", c.rows().begin(), ", ", c.rows().end(),
-          ") batch ", c.batch_index(), ")"));
+          "chunk.crc32c = ", c.crc32c, " does not match the data (", crc, ") of chunk ", chunks,
+          " (", v1::TensorKind_Name(c.kind), " rows [", c.row_begin, ", ", c.row_end,
+          ") batch ", c.batch_index, ")"));
     }
     {
       std::lock_guard<std::mutex> l(s->mu);
       RETURN_IF_ERROR(CheckIdle(*s));
-      RETURN_IF_ERROR(WriteChunk(s.get(), c));
+      RETURN_IF_ERROR(WriteWireChunk(s.get(), c));
     }
-    bytes += static_cast<int64_t>(c.data().size());
+    bytes += c.data_size;
     ++chunks;
-    if (WorkerMetrics* m = metrics_.load()) m->AddClientBytes("upload", "grpc", static_cast<double>(c.data().size()));
+    if (WorkerMetrics* m = metrics_.load()) {
+      m->AddClientBytes("upload", "grpc", static_cast<double>(c.data_size));
+    }
   }
   if (s == nullptr) return absl::InvalidArgumentError("empty upload stream (no session_id)");
   resp->set_bytes_received(bytes);
@@ -146,14 +180,16 @@ absl::Status WorkerServiceImpl::DoUpload(grpc::ServerReader<v1::UploadRequest>* 
   return absl::OkStatus();
 }
 
-grpc::Status WorkerServiceImpl::Upload(grpc::ServerContext*,
-                                       grpc::ServerReader<v1::UploadRequest>* reader,
-                                       v1::UploadResponse* resp) {
+grpc::Status WorkerServiceImpl::RawUpload(grpc::ServerContext*,
+                                          grpc::ServerReader<grpc::ByteBuffer>* reader,
+                                          v1::UploadResponse* resp) {
   return Finish("Upload", DoUpload(reader, resp));
 }
 
-absl::Status WorkerServiceImpl::DoDownload(const v1::DownloadRequest& req,
-                                           grpc::ServerWriter<v1::TensorChunk>* writer) {
+absl::Status WorkerServiceImpl::DoDownload(
+    grpc::ServerReaderWriter<grpc::ByteBuffer, v1::DownloadRequest>* stream) {
+  v1::DownloadRequest req;
+  if (!stream->Read(&req)) return absl::InvalidArgumentError("no DownloadRequest was sent");
   ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
                    sessions_->Find(req.session_id(), req.client_id(), true));
   if (req.chunk_bytes() < 0) {
@@ -171,27 +207,34 @@ absl::Status WorkerServiceImpl::DoDownload(const v1::DownloadRequest& req,
       std::min(kMaxChunkBytes, req.chunk_bytes() > 0 ? int64_t{req.chunk_bytes()}
                                                      : kDefaultChunkBytes);
   const int64_t row_bytes = TransitRowBytes(*s, req.kind());
+  if (row_bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kind = ", v1::TensorKind_Name(req.kind()), ": one row is ", row_bytes,
+        " bytes, more than a chunk may carry (", kMaxChunkBytes, "); use shared memory"));
+  }
   const int64_t rows_per_chunk = std::max<int64_t>(1, chunk_bytes / row_bytes);
-  v1::TensorChunk chunk;
   for (const RowRange& piece : pieces) {
     for (int b = 0; b < s->spec.batch(); ++b) {
       for (int64_t r0 = piece.begin; r0 < piece.end; r0 += rows_per_chunk) {
         const RowRange r{r0, std::min(piece.end, r0 + rows_per_chunk)};
-        chunk.Clear();
-        chunk.set_kind(req.kind());
-        chunk.mutable_rows()->set_begin(r.begin);
-        chunk.mutable_rows()->set_end(r.end);
-        chunk.set_batch_index(b);
+        const int64_t n = r.size() * row_bytes;
+        // Storage -> the slice gRPC sends, in one pass (converting fp32 gradients).
+        uint8_t* data = nullptr;
+        grpc::Slice slice = NewDataSlice(static_cast<size_t>(n), &data);
         {
           std::lock_guard<std::mutex> l(s->mu);
           RETURN_IF_ERROR(CheckIdle(*s));
           RETURN_IF_ERROR(CheckReadable(*s, req.kind()));
-          RETURN_IF_ERROR(ReadRows(s.get(), req.kind(), b, r, chunk.mutable_data()));
+          RETURN_IF_ERROR(ReadRowsTo(s.get(), req.kind(), b, r, data));
         }
-        chunk.set_crc32c(Crc32c(chunk.data().data(), chunk.data().size()));
-        if (!writer->Write(chunk)) return absl::CancelledError("client went away during Download");
+        const uint32_t crc = Crc32c(data, static_cast<size_t>(n));
+        const grpc::ByteBuffer message = FrameBuffer(
+            EncodeChunkPrefix(req.kind(), r.begin, r.end, b, crc, n), std::move(slice));
+        if (!stream->Write(message)) {
+          return absl::CancelledError("client went away during Download");
+        }
         if (WorkerMetrics* m = metrics_.load()) {
-          m->AddClientBytes("download", "grpc", static_cast<double>(chunk.data().size()));
+          m->AddClientBytes("download", "grpc", static_cast<double>(n));
         }
       }
     }
@@ -199,9 +242,9 @@ absl::Status WorkerServiceImpl::DoDownload(const v1::DownloadRequest& req,
   return absl::OkStatus();
 }
 
-grpc::Status WorkerServiceImpl::Download(grpc::ServerContext*, const v1::DownloadRequest* req,
-                                         grpc::ServerWriter<v1::TensorChunk>* writer) {
-  return Finish("Download", DoDownload(*req, writer));
+grpc::Status WorkerServiceImpl::RawDownload(
+    grpc::ServerContext*, grpc::ServerReaderWriter<grpc::ByteBuffer, v1::DownloadRequest>* stream) {
+  return Finish("Download", DoDownload(stream));
 }
 
 grpc::Status WorkerServiceImpl::GenerateInputs(grpc::ServerContext*,

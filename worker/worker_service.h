@@ -18,9 +18,11 @@ namespace dfa {
 
 class WorkerServiceImpl final : public v1::Worker::Service {
  public:
+  // Upload and Download are served from raw grpc::ByteBuffers (worker/chunk_wire.h): chunk
+  // data goes from gRPC's receive buffers straight into session storage, and from storage
+  // into the slice gRPC sends, one copy each way. The wire format is the proto's.
   WorkerServiceImpl(SessionRegistry* sessions, JobRunner* jobs, MemoryBudget* budget,
-                    WorkerMetrics* metrics)
-      : sessions_(sessions), jobs_(jobs), budget_(budget), metrics_(metrics) {}
+                    WorkerMetrics* metrics);
 
   // Refreshes the sessions / memory gauges (thread-safe).
   void UpdateGauges();
@@ -35,10 +37,13 @@ class WorkerServiceImpl final : public v1::Worker::Service {
                          v1::CancelWorkerJobResponse* resp) override;
   grpc::Status CloseSession(grpc::ServerContext* ctx, const v1::CloseSessionRequest* req,
                             v1::CloseSessionResponse* resp) override;
-  grpc::Status Upload(grpc::ServerContext* ctx, grpc::ServerReader<v1::UploadRequest>* reader,
-                      v1::UploadResponse* resp) override;
-  grpc::Status Download(grpc::ServerContext* ctx, const v1::DownloadRequest* req,
-                        grpc::ServerWriter<v1::TensorChunk>* writer) override;
+  // Upload (stream of UploadRequest) and Download (DownloadRequest -> stream of TensorChunk),
+  // on raw messages; registered in place of the generated handlers by the constructor.
+  grpc::Status RawUpload(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+                         v1::UploadResponse* resp);
+  grpc::Status RawDownload(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<grpc::ByteBuffer, v1::DownloadRequest>* stream);
   grpc::Status GenerateInputs(grpc::ServerContext* ctx, const v1::GenerateInputsRequest* req,
                               v1::GenerateInputsResponse* resp) override;
   grpc::Status SharedMemoryTransfer(grpc::ServerContext* ctx,
@@ -47,9 +52,8 @@ class WorkerServiceImpl final : public v1::Worker::Service {
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& st);
-  absl::Status DoUpload(grpc::ServerReader<v1::UploadRequest>* reader, v1::UploadResponse* resp);
-  absl::Status DoDownload(const v1::DownloadRequest& req,
-                          grpc::ServerWriter<v1::TensorChunk>* writer);
+  absl::Status DoUpload(grpc::ServerReader<grpc::ByteBuffer>* reader, v1::UploadResponse* resp);
+  absl::Status DoDownload(grpc::ServerReaderWriter<grpc::ByteBuffer, v1::DownloadRequest>* stream);
   absl::Status DoShm(const v1::SharedMemoryTransferRequest& req, int64_t* bytes);
 
   SessionRegistry* sessions_;
