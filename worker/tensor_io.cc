@@ -12,6 +12,8 @@ namespace {
 
 using CopyKind = AttentionBackend::CopyKind;
 
+constexpr int64_t kSyntheticBlockBytes = int64_t{16} << 20;
+
 std::string KindName(v1::TensorKind k) { return v1::TensorKind_Name(k); }
 
 std::string OwnedStr(const WorkerSession& s) {
@@ -283,11 +285,18 @@ absl::Status GenerateSynthetic(WorkerSession* s, uint64_t seed, bool with_grad_o
   std::vector<uint8_t> block;
   for (v1::TensorKind kind : kinds) {
     const TensorView v = ViewOf(*s, kind);
-    for (const RowRange& r : s->storage->owned()) {
-      block.resize(static_cast<size_t>(BlockBytes(*s, kind, r)));
-      FillSynthetic(seed, kind, s->spec.batch(), r.begin, r.size(), v.heads, v.head_dim, dt,
-                    block.data());
-      RETURN_IF_ERROR(WriteBlock(s, kind, r, block.data()));
+    // Blocks of at most kSyntheticBlockBytes: the staging buffer is not in the session's
+    // memory budget, so it must stay small next to a tensor.
+    const int64_t per_row = BlockBytes(*s, kind, RowRange{0, 1});
+    const int64_t step = std::max<int64_t>(1, kSyntheticBlockBytes / per_row);
+    for (const RowRange& owned : s->storage->owned()) {
+      for (int64_t r0 = owned.begin; r0 < owned.end; r0 += step) {
+        const RowRange r{r0, std::min(owned.end, r0 + step)};
+        block.resize(static_cast<size_t>(BlockBytes(*s, kind, r)));
+        FillSynthetic(seed, kind, s->spec.batch(), r.begin, r.size(), v.heads, v.head_dim, dt,
+                      block.data());
+        RETURN_IF_ERROR(WriteBlock(s, kind, r, block.data()));
+      }
     }
   }
   return absl::OkStatus();

@@ -306,8 +306,9 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
   }
   if (need > 0) {
     m.len = static_cast<size_t>(need);
-    m.addr = mmap(nullptr, m.len, req.upload() ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED,
-                  m.fd, 0);
+    // MAP_POPULATE: one page-table fill up front instead of a fault per 4 KiB page.
+    m.addr = mmap(nullptr, m.len, req.upload() ? PROT_READ : PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_POPULATE, m.fd, 0);
     if (m.addr == MAP_FAILED) {
       return absl::InternalError(absl::StrCat("mmap of '", name, "': ", std::strerror(errno)));
     }
