@@ -16,12 +16,23 @@ namespace dfa {
 namespace {
 
 const char* CodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",          "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",    "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",       "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
@@ -51,12 +62,18 @@ std::string JobKindLabel(v1::JobKind kind) {
 
 std::string JobStateLabel(v1::JobState state) {
   switch (state) {
-    case v1::JOB_SUCCEEDED: return "succeeded";
-    case v1::JOB_FAILED: return "failed";
-    case v1::JOB_CANCELLED: return "cancelled";
-    case v1::JOB_RUNNING: return "running";
-    case v1::JOB_QUEUED: return "queued";
-    default: return "unspecified";
+    case v1::JOB_SUCCEEDED:
+      return "succeeded";
+    case v1::JOB_FAILED:
+      return "failed";
+    case v1::JOB_CANCELLED:
+      return "cancelled";
+    case v1::JOB_RUNNING:
+      return "running";
+    case v1::JOB_QUEUED:
+      return "queued";
+    default:
+      return "unspecified";
   }
 }
 
@@ -140,8 +157,8 @@ void CoordinatorMetrics::StopServing() {
   poker.join();
 }
 
-void CoordinatorMetrics::JobFinished(v1::JobKind kind, v1::JobState state,
-                                     double latency_seconds, double flops) {
+void CoordinatorMetrics::JobFinished(v1::JobKind kind, v1::JobState state, double latency_seconds,
+                                     double flops) {
   const std::string k = JobKindLabel(kind);
   latency_.Add({{"kind", k}}, LatencyBuckets()).Observe(latency_seconds);
   jobs_.Add({{"kind", k}, {"state", JobStateLabel(state)}}).Increment();
@@ -157,8 +174,8 @@ void CoordinatorMetrics::SetLiveWorkers(int workers) { live_workers_.Set(workers
 
 void CoordinatorMetrics::GrpcError(absl::string_view method, int code) {
   grpc_errors_
-      .Add({{"component", "coordinator"}, {"method", std::string(method)},
-            {"code", CodeName(code)}})
+      .Add(
+          {{"component", "coordinator"}, {"method", std::string(method)}, {"code", CodeName(code)}})
       .Increment();
 }
 

@@ -53,8 +53,7 @@ absl::Status CoordinatorServer::Start() {
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
     service_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("listen: cannot listen on ", options_.listen));
+    return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", options_.listen));
   }
   address_ = absl::StrCat(options_.listen.substr(0, options_.listen.rfind(':')), ":", port);
   server_->GetHealthCheckService()->SetServingStatus(true);

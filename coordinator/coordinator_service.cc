@@ -109,8 +109,8 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx, const v1::Ge
   return Reply("WatchJob", run());
 }
 
-grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx,
-                                           const v1::GetJobRequest* req, v1::Job* resp) {
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                                           v1::Job* resp) {
   auto run = [&]() -> absl::Status {
     RETURN_IF_ERROR(Authorize(*ctx));
     ASSIGN_OR_RETURN(*resp, jobs_.Cancel(req->job_id(), req->client_id()));

@@ -22,7 +22,7 @@ struct JobManager::Record {
   std::vector<v1::WorkerJobStats> responses;
   std::vector<bool> done;
   int pending = 0;
-  absl::Status failure;        // first failure or cancellation; OK while all goes well
+  absl::Status failure;  // first failure or cancellation; OK while all goes well
   absl::Time stop_requested = absl::InfinitePast();  // when the workers were asked to stop
   bool calls_cancelled = false;
 
@@ -54,8 +54,8 @@ JobManager::~JobManager() { Shutdown(); }
 absl::StatusOr<v1::Job> JobManager::Submit(std::shared_ptr<const SessionInfo> session,
                                            v1::JobKind kind) {
   if (kind != v1::JOB_FORWARD && kind != v1::JOB_BACKWARD) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kind: must be JOB_FORWARD or JOB_BACKWARD, got ", static_cast<int>(kind)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind: must be JOB_FORWARD or JOB_BACKWARD, got ", static_cast<int>(kind)));
   }
   v1::Job out;
   {
@@ -63,9 +63,9 @@ absl::StatusOr<v1::Job> JobManager::Submit(std::shared_ptr<const SessionInfo> se
     if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
     SessionJobs& sj = session_jobs_[session->session_id];
     if (!sj.active_job.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("session_id: job ", sj.active_job, " of session ",
-                       session->session_id, " has not finished yet"));
+      return absl::FailedPreconditionError(absl::StrCat("session_id: job ", sj.active_job,
+                                                        " of session ", session->session_id,
+                                                        " has not finished yet"));
     }
     if (kind == v1::JOB_BACKWARD && !sj.forward_done) {
       return absl::FailedPreconditionError(
@@ -286,15 +286,14 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id, const std::st
 }
 
 absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& job_id,
-                                                  const std::string& client_id,
-                                                  uint64_t* version, absl::Duration timeout) {
+                                                  const std::string& client_id, uint64_t* version,
+                                                  absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(std::shared_ptr<Record> rec, FindLocked(job_id, client_id));
   if (*version != 0) {
     const uint64_t seen = *version;
-    auto changed = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return rec->version > seen || shutdown_;
-    };
+    auto changed = [&]()
+                       ABSL_NO_THREAD_SAFETY_ANALYSIS { return rec->version > seen || shutdown_; };
     mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
   }
   *version = rec->version;
@@ -322,8 +321,8 @@ void JobManager::ReleaseSession(const std::string& session_id) {
     if (it != session_jobs_.end()) {
       if (!it->second.active_job.empty()) {
         auto rec = jobs_.at(it->second.active_job);
-        FailLocked(*rec, absl::CancelledError(
-                             absl::StrCat("session ", session_id, " was released")));
+        FailLocked(*rec,
+                   absl::CancelledError(absl::StrCat("session ", session_id, " was released")));
         rec->version++;
       }
       session_jobs_.erase(session_id);
@@ -359,9 +358,8 @@ void JobManager::OnWorkerLost(const std::string& worker_id, uint64_t below_incar
         // The lost worker will not answer: cancel its call now.
         if (!rec->done[s.rank]) to_try_cancel_.emplace_back(rec, s.rank);
       }
-      FailLocked(*rec, absl::UnavailableError(
-                           absl::StrCat("worker ", worker_id, " ", reason, " during job ",
-                                        rec->job.job_id())));
+      FailLocked(*rec, absl::UnavailableError(absl::StrCat("worker ", worker_id, " ", reason,
+                                                           " during job ", rec->job.job_id())));
       rec->version++;
     }
   }

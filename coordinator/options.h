@@ -12,8 +12,8 @@ namespace dfa {
 struct CoordinatorLimits {
   int64_t max_seq_len = int64_t{1} << 22;  // tokens per session
   int max_batch = 1024;
-  int max_heads = 1024;                    // q_heads and kv_heads
-  int max_sessions = 1024;                 // open sessions over all clients
+  int max_heads = 1024;     // q_heads and kv_heads
+  int max_sessions = 1024;  // open sessions over all clients
   int max_client_id_len = 256;
   int max_ttl_seconds = 7 * 24 * 3600;
 };

@@ -68,9 +68,9 @@ absl::StatusOr<std::vector<RegisteredWorker>> SessionManager::Place(
     if (group.empty()) continue;
     absl::Status fits = ValidateSpecForPlacement(request.spec(), backend, 1);
     if (fits.ok() && requested > static_cast<int>(group.size())) {
-      fits = absl::ResourceExhaustedError(absl::StrCat(
-          "num_workers: ", requested, " requested but only ", group.size(), " live ", backend,
-          " workers are registered"));
+      fits = absl::ResourceExhaustedError(
+          absl::StrCat("num_workers: ", requested, " requested but only ", group.size(), " live ",
+                       backend, " workers are registered"));
     }
     if (!fits.ok()) {
       if (why.ok()) why = fits;
@@ -97,14 +97,12 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
   RETURN_IF_ERROR(ValidateSpec(request.spec(), limits));
   RETURN_IF_ERROR(ValidateSchedule(request.schedule()));
   if (request.num_workers() < 0 || request.num_workers() > kMaxWorkersPerSession) {
-    return absl::InvalidArgumentError(absl::StrCat("num_workers: must be in [0, ",
-                                                   kMaxWorkersPerSession, "], got ",
-                                                   request.num_workers()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_workers: must be in [0, ", kMaxWorkersPerSession, "], got ", request.num_workers()));
   }
   if (request.ttl_seconds() < 0 || request.ttl_seconds() > limits.max_ttl_seconds) {
-    return absl::InvalidArgumentError(absl::StrCat("ttl_seconds: must be in [0, ",
-                                                   limits.max_ttl_seconds, "], got ",
-                                                   request.ttl_seconds()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ttl_seconds: must be in [0, ", limits.max_ttl_seconds, "], got ", request.ttl_seconds()));
   }
   if (static_cast<int>(request.client_id().size()) > limits.max_client_id_len) {
     return absl::InvalidArgumentError(
@@ -168,15 +166,15 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
       const int64_t free_bytes = limit - ReservedLocked(s.worker_id);
       if (limit > 0 && s.bytes > free_bytes) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "memory: the session needs ", s.bytes, " bytes on ", WorkerName(s), " (rank ",
-            s.rank, ") but only ", std::max<int64_t>(free_bytes, 0), " of its ", limit,
+            "memory: the session needs ", s.bytes, " bytes on ", WorkerName(s), " (rank ", s.rank,
+            ") but only ", std::max<int64_t>(free_bytes, 0), " of its ", limit,
             " bytes are free; use fewer tokens, a smaller batch or more workers"));
       }
     }
     Entry entry;
     entry.info = info;
-    entry.ttl = request.ttl_seconds() > 0 ? absl::Seconds(request.ttl_seconds())
-                                          : options_.session_ttl;
+    entry.ttl =
+        request.ttl_seconds() > 0 ? absl::Seconds(request.ttl_seconds()) : options_.session_ttl;
     entry.last_active = absl::Now();
     sessions_.emplace(info->session_id, std::move(entry));
   }
@@ -220,8 +218,7 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
   return response;
 }
 
-absl::Status SessionManager::OpenOnWorkers(SessionInfo* info,
-                                           std::vector<int64_t>* worker_bytes) {
+absl::Status SessionManager::OpenOnWorkers(SessionInfo* info, std::vector<int64_t>* worker_bytes) {
   const int n = static_cast<int>(info->shards.size());
   std::vector<int64_t>& reserved_by_worker = *worker_bytes;
   reserved_by_worker.assign(n, 0);
@@ -307,8 +304,8 @@ absl::StatusOr<std::shared_ptr<const SessionInfo>> SessionManager::Use(
   return std::shared_ptr<const SessionInfo>(e.info);
 }
 
-absl::Status SessionManager::CheckOwner(const std::string& session_id,
-                                        const std::string& client_id, bool* released_already) {
+absl::Status SessionManager::CheckOwner(const std::string& session_id, const std::string& client_id,
+                                        bool* released_already) {
   absl::MutexLock lock(&mu_);
   *released_already = false;
   std::string owner;

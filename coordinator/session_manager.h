@@ -44,7 +44,7 @@ struct SessionInfo {
   std::string client_id;
   v1::AttentionSpec spec;
   v1::Plan plan;
-  std::string transport;  // "ucx" or "nccl"
+  std::string transport;                         // "ucx" or "nccl"
   std::vector<SessionShard> shards;              // indexed by rank
   std::vector<std::string> transport_addresses;  // indexed by rank
 };

@@ -24,9 +24,9 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
   request.speeds = speeds;
   absl::StatusOr<Plan> plan = MakePlan(request);
   if (!plan.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("schedule: ", request.schedule, " cannot be planned for ",
-                     request.workers, " workers: ", plan.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("schedule: ", request.schedule,
+                                                   " cannot be planned for ", request.workers,
+                                                   " workers: ", plan.status().message()));
   }
   CheckOptions check;
   check.shape = ShapeOf(spec);
@@ -40,8 +40,7 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
   for (int r = 0; r < plan->num_workers(); ++r) {
     int64_t rows = 0;
     for (const RowRange& range : plan->workers[r].owned) rows += range.size();
-    const int64_t scratch =
-        std::max(report->peak_forward_bytes[r], report->peak_backward_bytes[r]);
+    const int64_t scratch = std::max(report->peak_forward_bytes[r], report->peak_backward_bytes[r]);
     out.bytes_per_rank.push_back(SessionBytes(spec, rows, scratch));
   }
   return out;

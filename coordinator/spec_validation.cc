@@ -26,8 +26,9 @@ absl::Status ValidateSpec(const v1::AttentionSpec& spec, const CoordinatorLimits
                absl::StrCat("must be in [1, ", limits.max_heads, "], got ", spec.kv_heads()));
   }
   if (spec.q_heads() % spec.kv_heads() != 0) {
-    return Bad("kv_heads", absl::StrCat("q_heads (", spec.q_heads(),
-                                        ") must be a multiple of kv_heads (", spec.kv_heads(), ")"));
+    return Bad("kv_heads",
+               absl::StrCat("q_heads (", spec.q_heads(), ") must be a multiple of kv_heads (",
+                            spec.kv_heads(), ")"));
   }
   if (spec.head_dim() < 1 || spec.head_dim() > 512) {
     return Bad("head_dim", absl::StrCat("must be in [1, 512], got ", spec.head_dim()));
@@ -56,8 +57,7 @@ absl::Status ValidateSpec(const v1::AttentionSpec& spec, const CoordinatorLimits
 absl::Status ValidateSpecForPlacement(const v1::AttentionSpec& spec, absl::string_view backend,
                                       int num_workers) {
   if (backend == "cuda" && spec.head_dim() != 64 && spec.head_dim() != 128) {
-    return Bad("head_dim",
-               absl::StrCat("cuda workers support 64 or 128, got ", spec.head_dim()));
+    return Bad("head_dim", absl::StrCat("cuda workers support 64 or 128, got ", spec.head_dim()));
   }
   if (spec.seq_len() < num_workers) {
     return Bad("seq_len", absl::StrCat("must be at least the number of workers (", num_workers,
@@ -67,8 +67,8 @@ absl::Status ValidateSpecForPlacement(const v1::AttentionSpec& spec, absl::strin
 }
 
 absl::Status ValidateSchedule(absl::string_view schedule) {
-  if (schedule.empty() || schedule == "balanced" || schedule == "ring" ||
-      schedule == "distflash" || schedule == "zigzag") {
+  if (schedule.empty() || schedule == "balanced" || schedule == "ring" || schedule == "distflash" ||
+      schedule == "zigzag") {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(

@@ -12,8 +12,7 @@ absl::Status ValidateRegistration(const v1::RegisterWorkerRequest& r) {
     return absl::InvalidArgumentError("worker_id: must be 1 to 256 characters");
   }
   if (r.address().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address: empty for worker ", r.worker_id()));
+    return absl::InvalidArgumentError(absl::StrCat("address: empty for worker ", r.worker_id()));
   }
   if (r.backend() != "cpu" && r.backend() != "cuda") {
     return absl::InvalidArgumentError(
@@ -52,8 +51,8 @@ absl::Status WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request, absl
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker_id: ", request.worker_id(),
-                                            " is not registered; register again"));
+    return absl::NotFoundError(
+        absl::StrCat("worker_id: ", request.worker_id(), " is not registered; register again"));
   }
   it->second.last_seen = now;
   it->second.reported_used_bytes = request.memory_used_bytes();

@@ -40,8 +40,8 @@ class WorkerLeaseTest : public ::testing::Test {
     auto cluster = client::LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    coordinator_ = v1::Coordinator::NewStub(grpc::CreateChannel(
-        cluster_->coordinator_address(), grpc::InsecureChannelCredentials()));
+    coordinator_ = v1::Coordinator::NewStub(
+        grpc::CreateChannel(cluster_->coordinator_address(), grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override {

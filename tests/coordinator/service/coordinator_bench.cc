@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
       job_ms.push_back(absl::ToDoubleMilliseconds(t2 - t1));
     }
     std::printf("%4d %-10s %14.3f %14.3f %14.3f %14.3f\n", p, "balanced",
-                Percentile(session_ms, 0.5), Percentile(session_ms, 0.9),
-                Percentile(job_ms, 0.5), Percentile(job_ms, 0.9));
+                Percentile(session_ms, 0.5), Percentile(session_ms, 0.9), Percentile(job_ms, 0.5),
+                Percentile(job_ms, 0.9));
   }
   workers.clear();
   server.Shutdown();

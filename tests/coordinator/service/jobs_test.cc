@@ -45,7 +45,8 @@ TEST_F(JobsTest, ForwardThenBackwardSucceedWithStatsAndFlops) {
   EXPECT_DOUBLE_EQ(done.flops(), ForwardFlops(1, 8, 64, 0, 3000, 0, 3000, MaskKind::kCausal));
   ASSERT_EQ(done.workers_size(), 3);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(done.workers(r).rank(), r);
-  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].steps_done(), seen[i - 1].steps_done());
+  for (size_t i = 1; i < seen.size(); ++i)
+    EXPECT_GE(seen[i].steps_done(), seen[i - 1].steps_done());
 
   v1::Job bwd;
   ASSERT_TRUE(Submit(created.session_id(), v1::JOB_BACKWARD, &bwd).ok());
@@ -94,7 +95,8 @@ TEST_F(JobsTest, SecondJobWhileOneRunsIsFailedPreconditionAndCancelStopsWorkers)
   ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
   v1::Job job;
   ASSERT_TRUE(Submit(created.session_id(), v1::JOB_FORWARD, &job).ok());
-  ASSERT_TRUE(WaitFor([&] { return workers_[0]->runs_started() + workers_[1]->runs_started() == 2; }));
+  ASSERT_TRUE(
+      WaitFor([&] { return workers_[0]->runs_started() + workers_[1]->runs_started() == 2; }));
   v1::Job second;
   EXPECT_EQ(Submit(created.session_id(), v1::JOB_FORWARD, &second).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);

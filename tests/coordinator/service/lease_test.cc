@@ -22,7 +22,8 @@ TEST_F(LeaseTest, LostWorkerFailsItsRunningJobWithUnavailable) {
   ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
   v1::Job job;
   ASSERT_TRUE(Submit(created.session_id(), v1::JOB_FORWARD, &job).ok());
-  ASSERT_TRUE(WaitFor([&] { return workers_[0]->runs_started() + workers_[1]->runs_started() == 2; }));
+  ASSERT_TRUE(
+      WaitFor([&] { return workers_[0]->runs_started() + workers_[1]->runs_started() == 2; }));
 
   const absl::Time stopped = absl::Now();
   workers_[1]->StopHeartbeats();

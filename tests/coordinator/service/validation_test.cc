@@ -40,21 +40,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpecCase{"ZeroBatch", [](Req& r) { r.mutable_spec()->set_batch(0); }, "batch"},
         BadSpecCase{"NegativeBatch", [](Req& r) { r.mutable_spec()->set_batch(-3); }, "batch"},
         BadSpecCase{"ZeroQHeads", [](Req& r) { r.mutable_spec()->set_q_heads(0); }, "q_heads"},
-        BadSpecCase{"ZeroKvHeads", [](Req& r) { r.mutable_spec()->set_kv_heads(0); },
-                    "kv_heads"},
+        BadSpecCase{"ZeroKvHeads", [](Req& r) { r.mutable_spec()->set_kv_heads(0); }, "kv_heads"},
         BadSpecCase{"HeadsNotDivisible", [](Req& r) { r.mutable_spec()->set_kv_heads(3); },
                     "kv_heads"},
-        BadSpecCase{"ZeroHeadDim", [](Req& r) { r.mutable_spec()->set_head_dim(0); },
-                    "head_dim"},
-        BadSpecCase{"HugeHeadDim", [](Req& r) { r.mutable_spec()->set_head_dim(513); },
-                    "head_dim"},
+        BadSpecCase{"ZeroHeadDim", [](Req& r) { r.mutable_spec()->set_head_dim(0); }, "head_dim"},
+        BadSpecCase{"HugeHeadDim", [](Req& r) { r.mutable_spec()->set_head_dim(513); }, "head_dim"},
         BadSpecCase{"ZeroSeqLen", [](Req& r) { r.mutable_spec()->set_seq_len(0); }, "seq_len"},
-        BadSpecCase{"SeqLenOverLimit",
-                    [](Req& r) { r.mutable_spec()->set_seq_len((1 << 20) + 1); }, "seq_len"},
+        BadSpecCase{"SeqLenOverLimit", [](Req& r) { r.mutable_spec()->set_seq_len((1 << 20) + 1); },
+                    "seq_len"},
         BadSpecCase{"SeqLenBelowWorkers", [](Req& r) { r.mutable_spec()->set_seq_len(1); },
                     "seq_len"},
-        BadSpecCase{"NoDtype",
-                    [](Req& r) { r.mutable_spec()->set_dtype(v1::DTYPE_UNSPECIFIED); }, "dtype"},
+        BadSpecCase{"NoDtype", [](Req& r) { r.mutable_spec()->set_dtype(v1::DTYPE_UNSPECIFIED); },
+                    "dtype"},
         BadSpecCase{"UnknownDtype",
                     [](Req& r) { r.mutable_spec()->set_dtype(static_cast<v1::DType>(42)); },
                     "dtype"},
@@ -232,8 +229,7 @@ TEST_F(CoordinatorValidationTest, WorkerRegistrationIsValidated) {
   v1::HeartbeatRequest hb;
   hb.set_worker_id("never-registered");
   v1::HeartbeatResponse hb_resp;
-  EXPECT_EQ(stub_->Heartbeat(Ctx().get(), hb, &hb_resp).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(stub_->Heartbeat(Ctx().get(), hb, &hb_resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(CoordinatorValidationTest, AuthTokenIsRequiredWhenConfigured) {
