@@ -200,10 +200,16 @@ Session::~Session() {
   if (!released_) (void)Release();
 }
 
-WorkerDataClient Session::DataClient(int rank) const {
-  const auto& shard = info_.shards(rank);
-  return WorkerDataClient(client_->WorkerChannel(shard.address()), shard.address(), id(),
-                          client_->client_id(), client_->options().rpc_timeout);
+WorkerDataClient& Session::DataClient(int rank) {
+  if (data_clients_.empty()) data_clients_.resize(static_cast<size_t>(num_workers()));
+  auto& slot = data_clients_[static_cast<size_t>(rank)];
+  if (slot == nullptr) {
+    const auto& shard = info_.shards(rank);
+    slot = std::make_unique<WorkerDataClient>(client_->WorkerChannel(shard.address()),
+                                              shard.address(), id(), client_->client_id(),
+                                              client_->options().rpc_timeout);
+  }
+  return *slot;
 }
 
 bool Session::UseShm(int rank, const TransferOptions& options) const {
@@ -225,8 +231,9 @@ absl::StatusOr<TransferStats> Session::Upload(v1::TensorKind kind, const HostTen
         ", ", expected.heads, ", ", expected.head_dim, "] or its dtype/size"));
   }
   std::vector<TransferStats> stats(static_cast<size_t>(num_workers()));
+  for (int r = 0; r < num_workers(); ++r) DataClient(r);  // made here, not in the threads
   RETURN_IF_ERROR(ForEachRank(num_workers(), [&](int rank) -> absl::Status {
-    WorkerDataClient data = DataClient(rank);
+    WorkerDataClient& data = DataClient(rank);
     const std::vector<v1::RowRange> owned = Owned(info_.shards(rank));
     if (UseShm(rank, options)) {
       auto r = data.UploadShm(kind, t, owned, options.segment_bytes, options.progress);
@@ -253,8 +260,9 @@ absl::StatusOr<TransferStats> Session::Download(v1::TensorKind kind, HostTensor*
                                                 const TransferOptions& options) {
   ASSIGN_OR_RETURN(*t, MakeTensor(spec_, kind));
   std::vector<TransferStats> stats(static_cast<size_t>(num_workers()));
+  for (int r = 0; r < num_workers(); ++r) DataClient(r);  // made here, not in the threads
   RETURN_IF_ERROR(ForEachRank(num_workers(), [&](int rank) -> absl::Status {
-    WorkerDataClient data = DataClient(rank);
+    WorkerDataClient& data = DataClient(rank);
     const std::vector<v1::RowRange> owned = Owned(info_.shards(rank));
     if (UseShm(rank, options)) {
       auto r = data.DownloadShm(kind, owned, options.segment_bytes, t, options.progress);
@@ -277,6 +285,7 @@ absl::StatusOr<TransferStats> Session::Download(v1::TensorKind kind, HostTensor*
 }
 
 absl::Status Session::GenerateInputs(uint64_t seed, bool with_grad_output) {
+  for (int r = 0; r < num_workers(); ++r) DataClient(r);
   return ForEachRank(num_workers(), [&](int rank) {
     return DataClient(rank).GenerateInputs(seed, with_grad_output);
   });

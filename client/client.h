@@ -93,8 +93,9 @@ class Session {
   // Frees the session on the cluster. Idempotent.
   absl::Status Release();
 
-  // Data-plane client of the shard of `rank` (tests use it for raw chunk uploads).
-  WorkerDataClient DataClient(int rank) const;
+  // Data-plane client of the shard of `rank`, kept for the session's life (tests use it for raw
+  // chunk uploads). Not for concurrent use with a transfer of the same session.
+  WorkerDataClient& DataClient(int rank);
 
  private:
   friend class Client;
@@ -106,6 +107,7 @@ class Session {
   v1::AttentionSpec spec_;
   v1::CreateSessionResponse info_;
   bool released_ = false;
+  std::vector<std::unique_ptr<WorkerDataClient>> data_clients_;  // by rank, made on first use
 };
 
 class Client {

@@ -21,7 +21,7 @@
 
 namespace dfa::client {
 
-inline constexpr int64_t kDefaultChunkBytes = int64_t{2} << 20;
+inline constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
 
 // The global token ranges a placement owns, validated against the sequence: each range
 // non-empty, inside [0, seq_len), sorted and disjoint. INVALID_ARGUMENT naming the range.

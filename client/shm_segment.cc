@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(int64_t bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("shm: cannot reserve ", bytes, " bytes for ", name, ": ", std::strerror(rc)));
   }
-  void* addr = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* addr = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int map_errno = errno;
   close(fd);
   if (addr == MAP_FAILED) {

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/grpc_util.h"
-#include "client/shm_segment.h"
 
 namespace dfa::client {
 namespace {
@@ -143,7 +142,11 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
   for (const auto& p : pieces) largest = std::max(largest, BlockBytes(*t, p));
   TransferStats stats;
   if (largest == 0) return stats;
-  ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> segment, ShmSegment::Create(largest));
+  if (segment_ == nullptr || segment_->size() < largest) {
+    segment_.reset();
+    ASSIGN_OR_RETURN(segment_, ShmSegment::Create(largest));
+  }
+  ShmSegment* segment = segment_.get();
   const std::string context = absl::StrCat("worker ", address_, " SharedMemoryTransfer ",
                                            TensorKindName(kind), upload ? " upload" : " download");
   for (const v1::RowRange& piece : pieces) {

@@ -3,7 +3,8 @@
 // on the same host, through a POSIX shared-memory segment (Worker.SharedMemoryTransfer).
 // Tensor bytes never pass through the coordinator.
 //
-// Thread safety: one object may be used by one thread at a time; objects for different workers
+// Thread safety: one object may be used by one thread at a time (it keeps its shared-memory
+// segment between calls); objects for different workers
 // run in parallel (Session does that). The tensors passed in must outlive the call; downloads
 // write only the rows of `ranges`.
 #pragma once
@@ -18,6 +19,7 @@
 #include "absl/time/time.h"
 #include "client/host_tensor.h"
 #include "client/shard_io.h"
+#include "client/shm_segment.h"
 #include "dfa/v1/worker.grpc.pb.h"
 
 namespace dfa::client {
@@ -69,6 +71,8 @@ class WorkerDataClient {
                                             const ProgressFn& progress);
 
   std::unique_ptr<v1::Worker::Stub> stub_;
+  // Kept between shared-memory transfers: its pages stay mapped (no page faults on reuse).
+  std::unique_ptr<ShmSegment> segment_;
   std::string address_;
   std::string session_id_;
   std::string client_id_;

@@ -3,6 +3,7 @@
 // single-process CPU kernel on the same problem (the service's overhead).
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,11 +45,13 @@ absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib) {
               static_cast<long long>(mib));
   const double memcpy_rate = MemcpyRate(mib << 20);
   std::printf("memcpy (this machine, 1 thread)      %6.2f GB/s\n", memcpy_rate);
-  // Rows of 8 KiB (32 heads x 128 x bf16) so chunks are full-size; S small so forward is cheap.
+  // Rows of 8 KiB (32 heads x 128 x bf16) and 512-token ranges per worker and batch index, so
+  // gRPC chunks are full-size (4 MiB); S small enough that the forward (needed before O can be
+  // downloaded) stays cheap.
   client::SessionOptions so;
   v1::AttentionSpec& spec = so.spec;
-  spec.set_batch(static_cast<int32_t>(std::max<int64_t>(1, mib / 4)));
-  spec.set_seq_len(512);
+  spec.set_batch(static_cast<int32_t>(std::max<int64_t>(1, mib / 16)));
+  spec.set_seq_len(2048);
   spec.set_q_heads(32);
   spec.set_kv_heads(32);
   spec.set_head_dim(128);
@@ -62,32 +65,51 @@ absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib) {
   grpc_path.path = client::TransferPath::kGrpc;
   shm_path.path = client::TransferPath::kSharedMemory;
 
-  auto report = [&](const char* what, const client::TransferStats& s) {
-    std::printf("%-36s %6.2f GB/s  (%.1f MiB in %.3f s, %lld pieces)\n", what, GBps(s.bytes, s.seconds),
-                s.bytes / 1048576.0, s.seconds, static_cast<long long>(s.chunks));
+  auto report = [&](const std::string& what, const client::TransferStats& s) {
+    std::printf("%-36s %6.2f GB/s  (%.1f MiB in %.4f s, %lld pieces)\n", what.c_str(),
+                GBps(s.bytes, s.seconds), s.bytes / 1048576.0, s.seconds,
+                static_cast<long long>(s.chunks));
   };
+  // Best of kTries: the first call also pays connection set-up and segment creation.
+  constexpr int kTries = 3;
+  auto best = [&](const std::function<absl::StatusOr<client::TransferStats>()>& fn)
+      -> absl::StatusOr<client::TransferStats> {
+    client::TransferStats b;
+    for (int i = 0; i < kTries; ++i) {
+      ASSIGN_OR_RETURN(client::TransferStats s, fn());
+      if (i == 0 || s.seconds < b.seconds) b = s;
+    }
+    return b;
+  };
+  std::printf("(best of %d per line)\n", kTries);
   // One stream alone: rank 0's shard.
   {
-    client::WorkerDataClient data = session->DataClient(0);
+    client::WorkerDataClient& data = session->DataClient(0);
     std::vector<v1::RowRange> owned(session->info().shards(0).owned().begin(),
                                     session->info().shards(0).owned().end());
-    ASSIGN_OR_RETURN(auto s, data.UploadGrpc(v1::TENSOR_Q, q, owned, client::kDefaultChunkBytes, {}));
+    ASSIGN_OR_RETURN(auto s, best([&] {
+      return data.UploadGrpc(v1::TENSOR_Q, q, owned, client::kDefaultChunkBytes, {});
+    }));
     report("upload   gRPC, 1 stream", s);
-    ASSIGN_OR_RETURN(s, data.UploadShm(v1::TENSOR_Q, q, owned, int64_t{64} << 20, {}));
+    ASSIGN_OR_RETURN(s, best([&] {
+      return data.UploadShm(v1::TENSOR_Q, q, owned, int64_t{64} << 20, {});
+    }));
     report("upload   shared memory, 1 worker", s);
   }
-  ASSIGN_OR_RETURN(auto up, session->Upload(v1::TENSOR_Q, q, grpc_path));
-  report(absl::StrCat("upload   gRPC, ", workers, " streams").c_str(), up);
-  ASSIGN_OR_RETURN(up, session->Upload(v1::TENSOR_Q, q, shm_path));
-  report(absl::StrCat("upload   shared memory, ", workers, " workers").c_str(), up);
+  const std::string n = absl::StrCat(workers);
+  ASSIGN_OR_RETURN(auto up, best([&] { return session->Upload(v1::TENSOR_Q, q, grpc_path); }));
+  report("upload   gRPC, " + n + " streams", up);
+  ASSIGN_OR_RETURN(up, best([&] { return session->Upload(v1::TENSOR_Q, q, shm_path); }));
+  report("upload   shared memory, " + n + " workers", up);
   RETURN_IF_ERROR(session->Upload(v1::TENSOR_K, q, shm_path).status());
   RETURN_IF_ERROR(session->Upload(v1::TENSOR_V, q, shm_path).status());
   RETURN_IF_ERROR(session->Run(v1::JOB_FORWARD).status());
   client::HostTensor o1, o2;
-  ASSIGN_OR_RETURN(auto down, session->Download(v1::TENSOR_O, &o1, grpc_path));
-  report(absl::StrCat("download gRPC, ", workers, " streams").c_str(), down);
-  ASSIGN_OR_RETURN(down, session->Download(v1::TENSOR_O, &o2, shm_path));
-  report(absl::StrCat("download shared memory, ", workers, " workers").c_str(), down);
+  ASSIGN_OR_RETURN(auto down,
+                   best([&] { return session->Download(v1::TENSOR_O, &o1, grpc_path); }));
+  report("download gRPC, " + n + " streams", down);
+  ASSIGN_OR_RETURN(down, best([&] { return session->Download(v1::TENSOR_O, &o2, shm_path); }));
+  report("download shared memory, " + n + " workers", down);
   if (o1.bytes != o2.bytes) {
     return absl::DataLossError("bench: O downloaded through gRPC and shared memory differ");
   }

@@ -158,7 +158,7 @@ TEST_F(BadInputTest, UnknownAndForeignSessions) {
 TEST_F(BadInputTest, BadChunksAreRejected) {
   auto session = GoodSession(client_.get());
   ASSERT_NE(session, nullptr);
-  client::WorkerDataClient data = session->DataClient(0);
+  client::WorkerDataClient& data = session->DataClient(0);
   const auto& owned = session->info().shards(0).owned(0);
   const int64_t row_bytes = 2 * 16 * 2;  // q_heads * head_dim * bf16
   auto chunk = [&](int64_t begin, int64_t end) {
