@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/time/clock.h"
 #include "worker/worker_daemon.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0: any free)");
@@ -78,8 +79,13 @@ int main(int argc, char** argv) {
   sigwait(&stop, &sig);
   std::cerr << "dfa-worker " << (*daemon)->worker_id() << ": signal " << sig << ", stopping"
             << std::endl;
+  const absl::Time stop_start = absl::Now();
   (*daemon)->Shutdown();
   daemon->reset();
-  std::cerr << "dfa-worker: stopped" << std::endl;
-  return 0;
+  std::cerr << "dfa-worker: stopped in " << absl::ToDoubleSeconds(absl::Now() - stop_start)
+            << " s" << std::endl;
+  // Everything the daemon owned is released above. Skip the libraries' static teardown
+  // (measured at 1-1.8 s after a job on this VM), so SIGTERM -> exit stays well under 1 s.
+  std::cout.flush();
+  std::_Exit(0);
 }
