@@ -43,9 +43,18 @@ absl::Status AttentionJob::NewSession(bool after_failure) {
 }
 
 absl::Status AttentionJob::Upload(v1::TensorKind kind, const HostTensor& t) {
+  if (options_.on_transfer) options_.on_transfer(kind, t.size_bytes(), true);
   ASSIGN_OR_RETURN(TransferStats stats, session_->Upload(kind, t, options_.transfer));
   bytes_uploaded_ += stats.bytes;
   return absl::OkStatus();
+}
+
+absl::Status AttentionJob::Download(v1::TensorKind kind, HostTensor* t) {
+  if (options_.on_transfer) {
+    ASSIGN_OR_RETURN(HostTensor shape, MakeTensor(session_->spec(), kind));
+    options_.on_transfer(kind, shape.size_bytes(), false);
+  }
+  return session_->Download(kind, t, options_.transfer).status();
 }
 
 absl::StatusOr<v1::Job> AttentionJob::ForwardOnce(ForwardOutputs* out) {
@@ -53,17 +62,17 @@ absl::StatusOr<v1::Job> AttentionJob::ForwardOnce(ForwardOutputs* out) {
   RETURN_IF_ERROR(Upload(v1::TENSOR_K, *k_));
   RETURN_IF_ERROR(Upload(v1::TENSOR_V, *v_));
   ASSIGN_OR_RETURN(v1::Job job, session_->Run(v1::JOB_FORWARD, options_.observer));
-  RETURN_IF_ERROR(session_->Download(v1::TENSOR_O, &out->o, options_.transfer).status());
-  RETURN_IF_ERROR(session_->Download(v1::TENSOR_LSE, &out->lse, options_.transfer).status());
+  RETURN_IF_ERROR(Download(v1::TENSOR_O, &out->o));
+  RETURN_IF_ERROR(Download(v1::TENSOR_LSE, &out->lse));
   return job;
 }
 
 absl::StatusOr<v1::Job> AttentionJob::BackwardOnce(BackwardOutputs* out) {
   RETURN_IF_ERROR(Upload(v1::TENSOR_DO, *dout_));
   ASSIGN_OR_RETURN(v1::Job job, session_->Run(v1::JOB_BACKWARD, options_.observer));
-  RETURN_IF_ERROR(session_->Download(v1::TENSOR_DQ, &out->dq, options_.transfer).status());
-  RETURN_IF_ERROR(session_->Download(v1::TENSOR_DK, &out->dk, options_.transfer).status());
-  RETURN_IF_ERROR(session_->Download(v1::TENSOR_DV, &out->dv, options_.transfer).status());
+  RETURN_IF_ERROR(Download(v1::TENSOR_DQ, &out->dq));
+  RETURN_IF_ERROR(Download(v1::TENSOR_DK, &out->dk));
+  RETURN_IF_ERROR(Download(v1::TENSOR_DV, &out->dv));
   return job;
 }
 

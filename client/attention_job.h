@@ -27,6 +27,9 @@ struct AttentionJobOptions {
   // up to one lease to drop the lost worker from its registry).
   absl::Duration recovery_timeout = absl::Seconds(15);
   JobObserver observer;  // job progress, e.g. a progress bar
+  // Told before each tensor transfer starts (e.g. to open a progress bar fed by
+  // transfer.progress): tensor kind, total bytes, upload (true) or download.
+  std::function<void(v1::TensorKind, int64_t, bool)> on_transfer;
   // Told about each retry (reason), e.g. to print it.
   std::function<void(const absl::Status&)> on_retry;
 };
@@ -61,6 +64,7 @@ class AttentionJob {
   absl::StatusOr<v1::Job> ForwardOnce(ForwardOutputs* out);
   absl::StatusOr<v1::Job> BackwardOnce(BackwardOutputs* out);
   absl::Status Upload(v1::TensorKind kind, const HostTensor& t);
+  absl::Status Download(v1::TensorKind kind, HostTensor* t);
 
   Client* client_;
   AttentionJobOptions options_;

@@ -42,11 +42,25 @@ absl::Status RunTrainingJob(client::Client* client, const TrainingRunOptions& op
   jo.transfer.path = options.path;
   jo.max_retries = options.max_retries;
   std::unique_ptr<Progress> steps;
-  jo.observer = [&steps](const v1::Job& j) {
-    if (steps) {
-      steps->SetTotal(j.steps_total());
-      steps->Set(j.steps_done());
+  std::unique_ptr<Progress> bytes;  // the transfer in flight (they run one tensor at a time)
+  jo.on_transfer = [&bytes, &steps](v1::TensorKind kind, int64_t total, bool upload) {
+    bytes.reset();  // finishes the previous bar
+    steps.reset();
+    bytes = std::make_unique<Progress>(
+        (upload ? "upload " : "download ") + client::TensorKindName(kind), total, "B");
+  };
+  jo.transfer.progress = [&bytes](int64_t n) {
+    if (bytes) bytes->Add(n);
+  };
+  // One bar at a time, in the order things happen: each transfer, then the job's steps.
+  jo.observer = [&steps, &bytes](const v1::Job& j) {
+    bytes.reset();
+    if (!steps) {
+      steps = std::make_unique<Progress>(
+          j.kind() == v1::JOB_BACKWARD ? "backward job" : "forward job", j.steps_total(), "steps");
     }
+    steps->SetTotal(j.steps_total());
+    steps->Set(j.steps_done());
   };
   jo.on_retry = [](const absl::Status& s) {
     std::printf("retrying on the remaining workers after: %s\n", std::string(s.message()).c_str());
@@ -56,9 +70,9 @@ absl::Status RunTrainingJob(client::Client* client, const TrainingRunOptions& op
   std::printf("job: %s, schedule %s\n", DescribeSpec(spec).c_str(),
               options.job.session.schedule.c_str());
   // Forward: a progress line over the whole upload+compute+download.
-  steps = std::make_unique<Progress>("forward", 0, "steps");
   v1::Job fwd_job;
   auto fwd = job.Forward(q, k, v, &fwd_job);
+  bytes.reset();
   steps.reset();
   RETURN_IF_ERROR(fwd.status());
   std::printf("session %s on %d workers\n", job.session()->id().c_str(),
@@ -68,8 +82,8 @@ absl::Status RunTrainingJob(client::Client* client, const TrainingRunOptions& op
   client::BackwardOutputs grads;
   v1::Job bwd_job;
   if (options.backward) {
-    steps = std::make_unique<Progress>("backward", 0, "steps");
     auto bwd = job.Backward(dout, &bwd_job);
+    bytes.reset();
     steps.reset();
     RETURN_IF_ERROR(bwd.status());
     grads = std::move(*bwd);
