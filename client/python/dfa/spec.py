@@ -1,0 +1,167 @@
+"""The attention spec a session is created with, dtypes, and tensor shapes per kind.
+
+Layouts follow proto/dfa/v1/attention.proto: every tensor except LSE is "BSHD",
+[batch, seq_len, heads, head_dim]; LSE is fp32 [batch, q_heads, seq_len]. On the host a bf16
+tensor is a numpy uint16 array holding the bf16 bit patterns (numpy has no bfloat16);
+``to_bf16`` / ``from_bf16`` convert (round to nearest even, NaN kept NaN).
+
+Every check raises ValueError naming the offending field, before anything is sent.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+
+# Names accepted for `dtype`, mapped to (proto DType value, numpy dtype on the host).
+_DTYPES = {
+    "f32": (1, np.float32), "fp32": (1, np.float32), "float32": (1, np.float32),
+    "bf16": (2, np.uint16), "bfloat16": (2, np.uint16),
+    "f16": (3, np.float16), "fp16": (3, np.float16), "float16": (3, np.float16),
+}
+_CANONICAL = {1: "f32", 2: "bf16", 3: "f16"}
+
+# Proto TensorKind values (attention.proto), by name.
+Q, K, V, O, LSE, DO, DQ, DK, DV = 1, 2, 3, 4, 5, 6, 7, 8, 9
+KIND_NAMES = {Q: "Q", K: "K", V: "V", O: "O", LSE: "LSE", DO: "dO", DQ: "dQ", DK: "dK", DV: "dV"}
+
+
+def canonical_dtype(dtype):
+    """'bf16' | 'f16' | 'f32' for any accepted spelling; ValueError naming `dtype` otherwise."""
+    key = str(dtype).lower()
+    if key not in _DTYPES:
+        raise ValueError("dtype: %r is not one of bf16, f16, f32" % (dtype,))
+    return _CANONICAL[_DTYPES[key][0]]
+
+
+def host_dtype(dtype):
+    """numpy dtype holding `dtype` on the host (bf16 -> uint16 bit patterns)."""
+    return np.dtype(_DTYPES[canonical_dtype(dtype)][1])
+
+
+def dtype_of_array(a):
+    """The spec dtype an array's numpy dtype stands for: float32, float16, uint16 (bf16)."""
+    d = np.asarray(a).dtype
+    if d == np.float32:
+        return "f32"
+    if d == np.float16:
+        return "f16"
+    if d == np.uint16:
+        return "bf16"
+    raise ValueError("dtype: arrays must be float32, float16 or uint16 (bf16 bit patterns), "
+                     "got %s" % d)
+
+
+def to_bf16(x):
+    """float array -> uint16 bf16 bit patterns, rounding to nearest even (NaN stays NaN)."""
+    f = np.ascontiguousarray(x, dtype=np.float32)
+    bits = f.view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        out[nan] = np.uint16(0x7FC0)
+    return out
+
+
+def from_bf16(b):
+    """uint16 bf16 bit patterns -> float32."""
+    b = np.ascontiguousarray(b, dtype=np.uint16)
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def to_float(a, dtype):
+    """A host array of the spec dtype -> float64 (for references and comparisons)."""
+    if canonical_dtype(dtype) == "bf16":
+        return from_bf16(a).astype(np.float64)
+    return np.asarray(a, dtype=np.float64)
+
+
+def from_float(x, dtype):
+    """float array -> host array of the spec dtype (bf16 rounded to nearest even)."""
+    d = canonical_dtype(dtype)
+    if d == "bf16":
+        return to_bf16(x)
+    return np.ascontiguousarray(x, dtype=host_dtype(d))
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """What one attention call computes (attention.proto AttentionSpec).
+
+    softmax_scale 0 means 1/sqrt(head_dim). kv_heads 0 means kv_heads = q_heads.
+    """
+    batch: int
+    seq_len: int
+    q_heads: int
+    head_dim: int
+    kv_heads: int = 0
+    causal: bool = True
+    dtype: str = "bf16"
+    softmax_scale: float = 0.0
+
+    def __post_init__(self):
+        for name in ("batch", "seq_len", "q_heads", "head_dim", "kv_heads"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError("%s: must be an integer, got %r" % (name, v))
+            object.__setattr__(self, name, int(v))
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.q_heads)
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+        object.__setattr__(self, "causal", bool(self.causal))
+        object.__setattr__(self, "softmax_scale", float(self.softmax_scale))
+        self.validate()
+
+    def validate(self):
+        for name in ("batch", "seq_len", "q_heads", "kv_heads", "head_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError("%s: must be >= 1, got %d" % (name, getattr(self, name)))
+        if self.q_heads % self.kv_heads != 0:
+            raise ValueError("q_heads: %d is not a multiple of kv_heads = %d"
+                             % (self.q_heads, self.kv_heads))
+        if not math.isfinite(self.softmax_scale) or self.softmax_scale < 0:
+            raise ValueError("softmax_scale: must be finite and >= 0 (0: 1/sqrt(head_dim)), got %r"
+                             % self.softmax_scale)
+
+    @property
+    def scale(self):
+        """The softmax scale the service uses."""
+        return self.softmax_scale if self.softmax_scale > 0 else 1.0 / math.sqrt(self.head_dim)
+
+    def shape(self, kind):
+        """Host shape of the whole tensor of `kind` (a TensorKind value)."""
+        if kind == LSE:
+            return (self.batch, self.q_heads, self.seq_len)
+        heads = self.kv_heads if kind in (K, V, DK, DV) else self.q_heads
+        return (self.batch, self.seq_len, heads, self.head_dim)
+
+    def host_dtype(self, kind):
+        return np.dtype(np.float32) if kind == LSE else host_dtype(self.dtype)
+
+    def to_proto(self, attention_pb2):
+        return attention_pb2.AttentionSpec(
+            batch=self.batch, q_heads=self.q_heads, kv_heads=self.kv_heads,
+            head_dim=self.head_dim, seq_len=self.seq_len, causal=self.causal,
+            dtype=_DTYPES[self.dtype][0], softmax_scale=self.softmax_scale)
+
+    def forward_flops(self):
+        """4·B·H·S²·D, halved when causal (ANCHORS.md); backward is 2.5x."""
+        f = 4.0 * self.batch * self.q_heads * float(self.seq_len) ** 2 * self.head_dim
+        return f / 2 if self.causal else f
+
+
+def check_array(spec, kind, a, name=None):
+    """Checks that `a` is the whole tensor of `kind` under `spec`; returns it C-contiguous."""
+    name = name or KIND_NAMES.get(kind, str(kind))
+    if not isinstance(a, np.ndarray):
+        raise ValueError("%s: expected a numpy array, got %s" % (name, type(a).__name__))
+    want_shape = spec.shape(kind)
+    if a.shape != want_shape:
+        raise ValueError("%s: shape %s does not match the spec's %s [batch, seq_len, heads, "
+                         "head_dim]" % (name, tuple(a.shape), want_shape))
+    want = spec.host_dtype(kind)
+    if a.dtype != want:
+        raise ValueError("%s: dtype %s does not match the spec's %s (host dtype %s)"
+                         % (name, a.dtype, spec.dtype, want))
+    return np.ascontiguousarray(a)
