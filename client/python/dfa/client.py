@@ -181,7 +181,8 @@ class Session:
         self.id = info.session_id
         self.shards = list(info.shards)
         self.ranges = [[(r.begin, r.end) for r in s.owned] for s in self.shards]
-        self.last_jobs = {}
+        self.last_jobs = {}         # JobKind -> final Job of the last job of that kind
+        self.uploaded_bytes = {}    # TensorKind -> bytes sent to workers (all uploads)
         self.released = False
         try:
             for rank, rs in enumerate(self.ranges):
@@ -240,7 +241,9 @@ class Session:
                                        sum((e - b) for b, e in self.ranges[rank]) * a.shape[0]
                                        * _shards.row_bytes(a, kind))
 
-        return sum(self._parallel(one))
+        sent = sum(self._parallel(one))
+        self.uploaded_bytes[kind] = self.uploaded_bytes.get(kind, 0) + sent
+        return sent
 
     def _upload_stream(self, rank, requests, where, expect_bytes=None):
         stub = self.client.worker_stub(self.shards[rank].address)

@@ -6,9 +6,9 @@ from dfa import _proto
 
 
 def main(argv):
-    ran = _proto.generate(force="--force" in argv)
+    _proto.generate(force="--force" in argv)
     _proto.load()
-    print("dfa: gRPC stubs %s in %s/dfa/v1" % ("generated" if ran else "up to date", _proto._OUT_ROOT))
+    print("dfa: gRPC stubs ready in %s/dfa/v1" % _proto._OUT_ROOT)
     return 0
 
 
