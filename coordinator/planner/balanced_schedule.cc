@@ -188,6 +188,21 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
       best_seconds = seconds;
     }
   }
+  // 2-D tiles (tiled_schedule.cc): less data per worker; pays off at large P with fast workers.
+  if (P >= 16) {
+    for (int groups : {4, 8}) {
+      for (int64_t piece : {512, 2048}) {
+        const TiledOptions options{groups, 0.2, 3, piece, 32, 3, 8};
+        if (!TiledPlanApplies(r, options)) continue;
+        Plan candidate = MakeTiledPlan(r, options);
+        const double seconds = Seconds(candidate, params);
+        if (seconds < best_seconds * (1 - 1e-9)) {
+          best = std::move(candidate);
+          best_seconds = seconds;
+        }
+      }
+    }
+  }
   return best;
 }
 

@@ -50,6 +50,22 @@ Plan MakeSpeedProportionalPlan(const PlanRequest& request);
 // Needs seq_len >= 2 * (sum of pieces) for every piece to have rows in both halves.
 Plan MakeStripedRingPlan(const PlanRequest& request, const std::vector<int>& pieces);
 
+// The 2-D tiled plan (tiled_schedule.cc): workers in `groups` groups of consecutive workers;
+// each computes its group's queries against a speed-proportional share of the keys, so it
+// receives O(S/sqrt(P)) rows instead of O(S); partial outputs (dQ, dK/dV) return to the owners.
+struct TiledOptions {
+  int groups = 1;                 // G, 1..workers
+  double head_fraction = 0.2;     // share of the own queries computed while K/V stream in
+  int head_rows = 1;              // peers' query pieces computed while K/V stream in
+  int64_t max_piece_pairs = 1 << 30;  // largest K/V piece (mirrored pairs = 2 rows each)
+  int steps = 24;       // steps after the local step 0 and before the tail (even work)
+  int head_ramp = 4;     // the first head_ramp of them are smaller: 1/2^k of an even step
+  int tail_steps = 16;   // fine steps of the last phase (own queries x one K piece each)
+};
+// Whether MakeTiledPlan supports the request (seq_len >= 8 * workers, sane options).
+bool TiledPlanApplies(const PlanRequest& request, const TiledOptions& options);
+Plan MakeTiledPlan(const PlanRequest& request, const TiledOptions& options);
+
 // Fills every worker's backward steps from its forward steps (see above).
 void DeriveBackwardSteps(Plan& plan);
 

@@ -1,5 +1,6 @@
 // The schedules pass CheckPlan; the balanced one is within 2% of ideal; the seed's schedule is
 // exactly the paper's; the checker catches broken plans; bad requests get clear errors.
+#include <algorithm>
 #include <string>
 
 #include "coordinator/planner/cost_model.h"
@@ -145,6 +146,50 @@ TEST(PlannerTest, StripedRingBalancesAnySpeedsInCompute) {
       }
     }
   }
+}
+
+// Largest forward bytes received by one worker (the bandwidth limit of a plan).
+int64_t MaxForwardBytesReceived(const Plan& plan, const AttentionShape& shape) {
+  int64_t most = 0;
+  for (const WorkerPlan& w : plan.workers) {
+    int64_t got = 0;
+    for (const PlanStep& st : w.forward) {
+      for (const Transfer& x : st.recvs) got += TransferBytes(shape, x.tensor, x.rows.size());
+    }
+    most = std::max(most, got);
+  }
+  return most;
+}
+
+TEST(PlannerTest, TiledPlansAreExactBalancedAndMoveLessData) {
+  const AttentionShape shape{1, 32, 32, 128, DType::kBF16};
+  for (int P : {4, 9, 16, 64}) {
+    for (int groups : {1, 2, 3, 8}) {
+      if (groups > P) continue;
+      for (bool causal : {true, false}) {
+        const std::vector<double> speeds = SpeedSet(2, P);
+        PlanRequest req{"balanced", P, 262144, causal, speeds};
+        const TiledOptions options{groups, 0.2, 2, 2048, 16, 3, 8};
+        ASSERT_TRUE(TiledPlanApplies(req, options));
+        Plan plan = MakeTiledPlan(req, options);
+        planner_internal::EqualizeSteps(plan);
+        DeriveBackwardSteps(plan);
+        absl::StatusOr<CheckReport> r = CheckPlan(plan, {shape, 0});
+        ASSERT_TRUE(r.ok()) << "P=" << P << " groups=" << groups << ": " << r.status();
+        absl::StatusOr<PlanCost> c = EstimateCost(plan, ComputeOnly(speeds));
+        ASSERT_TRUE(c.ok());
+        // Tile areas proportional to speed (up to the diagonal's O(x) and row rounding).
+        EXPECT_LE(c->forward.compute_makespan_ratio, 1.005) << "P=" << P << " groups=" << groups;
+        if (P == 64 && groups == 8) {  // O(S/sqrt(P)) rows (and partials) per worker, not ~S
+          Plan striped = MakeStripedRingPlan(req, std::vector<int>(P, 1));
+          EXPECT_LT(2 * MaxForwardBytesReceived(plan, shape),
+                    MaxForwardBytesReceived(striped, shape));
+        }
+      }
+    }
+  }
+  PlanRequest tiny{"balanced", 8, 40, true, {}};
+  EXPECT_FALSE(TiledPlanApplies(tiny, TiledOptions{2}));  // needs seq_len >= 8 * workers
 }
 
 TEST(PlannerTest, SchedulesMatchTheirTheoreticalRatios) {
