@@ -13,7 +13,7 @@
 # Every wait is bounded; the whole call keeps inside DEADLINE seconds (configs that would start
 # past their phase's budget are skipped and listed as such); daemons are stopped by a trap.
 # Environment (defaults in brackets): OUT [./gpu-out], GPUS [all], SIZES ["2 GPUS"],
-#   SEQS ["131072 524288"], MASKS ["causal full"], SCHEDULES ["balanced ring distflash"],
+#   SEQS ["131072 524288"], MASKS ["causal full"], SCHEDULES ["balanced zigzag ring distflash"],
 #   LONGEST_SEQS [8 GPUs: "1048576 2097152"; 4: "1048576"], REPEAT [2], STEP_TIMEOUT [150],
 #   DEADLINE [570], SERVICE_BUDGET [DEADLINE - TORCH_BUDGET - 40], TORCH_BUDGET [170],
 #   TORCH_BACKENDS [cudnn], TORCH_LONGEST [""], VERIFY_SEQ [4096], DFA_BACKEND [cuda],
@@ -35,7 +35,7 @@ fi
 SIZES=${SIZES:-$( ((ngpu > 2)) && echo "2 $ngpu" || echo "$ngpu")}
 SEQS=${SEQS:-"131072 524288"}
 MASKS=${MASKS:-"causal full"}
-SCHEDULES=${SCHEDULES:-"balanced ring distflash"}
+SCHEDULES=${SCHEDULES:-"balanced zigzag ring distflash"}
 if ((ngpu >= 8)); then LONGEST_SEQS=${LONGEST_SEQS-"1048576 2097152"}; else LONGEST_SEQS=${LONGEST_SEQS-"1048576"}; fi
 REPEAT=${REPEAT:-2}
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
@@ -146,34 +146,37 @@ if has_part service; then
       --seq "$VERIFY_SEQ" --workers "$ngpu" --schedule "$sched" || rm -rf "$d"
   done 2>&1 | tee "$OUT/verify_jobs.log"
 
-  # 3. The grid, most wanted first (the budget cuts the tail): balanced on every size, then the
-  # other schedules on all GPUs, then on the smaller sizes. distflash is causal-only (for full
-  # masks it is the ring with more bytes; docs/scale.md).
-  {
+  # 3. The grid, most wanted first (the budget cuts the tail and says so): every schedule on all
+  # GPUs; balanced on the smaller sizes (the 2-GPU baseline); the longest S (4.); the other
+  # schedules on the smaller sizes, in SCHEDULES order. distflash is causal-only here (for
+  # full masks it is the ring with more bytes; docs/scale.md) and at P = 2 it is the ring's plan.
+  grid() {  # grid all-gpus|baseline|rest
+    local sched P mask s
     for sched in $SCHEDULES; do
       for P in $(echo "$SIZES" | tr ' ' '\n' | sort -rn); do
-        [[ $sched != balanced && $P != "$ngpu" ]] && continue
+        case $1 in
+          all-gpus) [[ $P == "$ngpu" ]] || continue ;;
+          baseline) [[ $P != "$ngpu" && $sched == balanced ]] || continue ;;
+          rest) [[ $P != "$ngpu" && $sched != balanced ]] || continue ;;
+        esac
+        [[ $P == 2 && $sched == distflash ]] && continue
         for mask in $MASKS; do
           [[ $mask == full && $sched == distflash ]] && continue
           for s in $SEQS; do echo "$P $sched $mask $s"; done
         done
       done
     done
-    for sched in $SCHEDULES; do
-      [[ $sched == balanced ]] && continue
-      for P in $(echo "$SIZES" | tr ' ' '\n' | sort -rn); do
-        [[ $P == "$ngpu" ]] && continue
-        [[ $P == 2 && $sched == distflash ]] && continue  # the same plan as ring at P = 2
-        for mask in $MASKS; do
-          [[ $mask == full && $sched == distflash ]] && continue
-          for s in $SEQS; do echo "$P $sched $mask $s"; done
-        done
-      done
-    done
-  } >"$OUT/grid.txt"
-  while read -r P sched mask s; do
-    bench "$P" "$sched" "$mask" "$s" "$REPEAT" </dev/null
-  done <"$OUT/grid.txt" 2>&1 | tee "$OUT/bench.log" | grep -E '^==|^forward|^backward|^skipped|rror'
+  }
+  run_grid() {  # run_grid FILE
+    local P sched mask s
+    while read -r P sched mask s; do
+      bench "$P" "$sched" "$mask" "$s" "$REPEAT" </dev/null
+    done <"$1" 2>&1 | tee -a "$OUT/bench.log" | grep -E '^==|^forward|^backward|^skipped|rror'
+  }
+  : >"$OUT/bench.log"
+  for part in all-gpus baseline rest; do grid $part >"$OUT/grid-$part.txt"; done
+  run_grid "$OUT/grid-all-gpus.txt"
+  run_grid "$OUT/grid-baseline.txt"
 
   # 4. Longest causal S (balanced, all GPUs, one repeat): growing until one fails or times out.
   for s in $LONGEST_SEQS; do
@@ -184,7 +187,7 @@ if has_part service; then
     ((rc == 0)) || break
     echo "longest that fits and finishes so far: S=$s on $ngpu GPUs" | tee -a "$OUT/longest.txt"
   done
-  grep -h "pool\|RESOURCE_EXHAUSTED\|memory" "$run_dir"/worker-0.log 2>/dev/null | tail -3
+  run_grid "$OUT/grid-rest.txt"
 
   python3 tests/multigpu/summarize_bench.py "$OUT/bench.log" | tee "$OUT/bench_table.md"
   stop_all
@@ -198,6 +201,7 @@ fi
 
 # 5. PyTorch context parallelism on the same shapes (its own processes; the workers are gone).
 if has_part torch; then
+  : >"$OUT/torch_cp.jsonl"
   torch_end=$((SECONDS - start_s + TORCH_BUDGET))
   ((torch_end > DEADLINE)) && torch_end=$DEADLINE
   for P in $(echo "$SIZES" | tr ' ' '\n' | sort -rn); do
@@ -266,17 +270,19 @@ for line in open(tpath) if os.path.exists(tpath) else []:
     k = (d["gpus"], d["mask"], d["seq"])
     if k not in torch or d["fwd_bwd_tflops_per_gpu"] > torch[k][0]:
         torch[k] = (d["fwd_bwd_tflops_per_gpu"], d["backend"])
-print("| GPUs | schedule | mask | S | fwd TFLOP/s/GPU | fwd+bwd TFLOP/s/GPU | vs 2-GPU balanced | PyTorch CP fwd+bwd/GPU | vs PyTorch | max idle % |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| GPUs | schedule | mask | S | fwd TFLOP/s/GPU | fwd+bwd TFLOP/s/GPU | vs 2 GPUs, same schedule | vs 2-GPU balanced | PyTorch CP fwd+bwd/GPU | vs PyTorch | max idle % |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for k in sorted(best, key=lambda k: (k[2], k[3], k[1], k[0])):
     P, sched, mask, s = k
     tf, ff, idle = best[k]
     base = best.get((2, "balanced", mask, s))  # the 2-GPU figure: its balanced plan
     vs2 = f"{100 * tf / base[0]:.1f}%" if base and P != 2 else "-"
+    same = best.get((2, sched, mask, s))
+    vs2s = f"{100 * tf / same[0]:.1f}%" if same and P != 2 else "-"
     t = torch.get((P, mask, s))
     tt = f"{t[0]:.0f} ({t[1]})" if t else "-"
     vt = f"{100 * tf / t[0]:.0f}%" if t else "-"
-    print(f"| {P} | {sched} | {mask} | {s // 1024}K | {ff:.1f} | {tf:.1f} | {vs2} | {tt} | {vt} | {max(idle.values()):.1f} |")
+    print(f"| {P} | {sched} | {mask} | {s // 1024}K | {ff:.1f} | {tf:.1f} | {vs2s} | {vs2} | {tt} | {vt} | {max(idle.values()):.1f} |")
 print()
 print("Idle fraction of every worker over forward+backward (best repeat), %:")
 print()
