@@ -190,9 +190,11 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   }
   // 2-D tiles (tiled_schedule.cc): less data per worker; pays off at large P with fast workers.
   if (P >= 16) {
-    for (int groups : {4, 8}) {
-      for (int64_t piece : {512, 2048}) {
-        const TiledOptions options{groups, 0.2, 3, piece, 32, 3, 8};
+    // A few settings that did best in a sweep at P = 64 (docs/planner.md).
+    for (const TiledOptions& options :
+         {TiledOptions{4, 0.3, 2, 1024, 24, 5, 8}, TiledOptions{6, 0.3, 2, 1024, 24, 2, 8},
+          TiledOptions{4, 0.2, 3, 2048, 32, 3, 8}, TiledOptions{8, 0.2, 3, 512, 32, 3, 8}}) {
+      {
         if (!TiledPlanApplies(r, options)) continue;
         Plan candidate = MakeTiledPlan(r, options);
         const double seconds = Seconds(candidate, params);

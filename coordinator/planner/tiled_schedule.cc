@@ -174,7 +174,9 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
         int64_t pair = pv < qg.begin ? pv : pv + qg.size();
         if (pv < qg.begin) run = std::min(run, qg.begin - pv);  // stop at Q_g
         const int owner = owner_of_pair(pair);
-        run = std::min({run, oc[owner + 1] - pair, o.max_piece_pairs});
+        // The first pieces are smaller (1/8, 1/4, 1/2): little data before the first computes.
+        const int64_t cap = std::max<int64_t>(1, o.max_piece_pairs >> std::max<int>(0, 3 - static_cast<int>(cols.size())));
+        run = std::min({run, oc[owner + 1] - pair, cap});
         cols.push_back(Piece{owner, rows_of({pair, pair + run})});
         v += run;
       }
