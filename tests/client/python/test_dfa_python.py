@@ -307,8 +307,17 @@ class ServiceTest(unittest.TestCase):
             r = ref.compare(name, got, want, "bf16")
             print("  torch " + ref.format_result(r))
             self.assertTrue(r["ok"], ref.format_result(r))
-        with self.assertRaisesRegex(ValueError, "^k: dtypes"):
+        with self.assertRaisesRegex(ValueError, "^k, v: dtypes"):
             distributed_attention(q, k.float(), v, CLIENT)
+        if torch.cuda.is_available():  # GPU tensors are staged through host memory
+            qc, kc, vc = (t.detach().cuda().requires_grad_() for t in (q, k, v))
+            outc = distributed_attention(qc, kc, vc, CLIENT, causal=True)
+            outc.backward(do.cuda())
+            self.assertEqual(qc.grad.device, qc.device)
+            for name, got, want in (("O", outc, out), ("dQ", qc.grad, q.grad),
+                                    ("dK", kc.grad, k.grad), ("dV", vc.grad, v.grad)):
+                self.assertTrue(torch.equal(got.cpu(), want), name + " on cuda differs from cpu")
+            print("  torch cuda tensors: O, dQ, dK, dV equal to the cpu-tensor run")
 
 
 def _foreign(session, other_client):
