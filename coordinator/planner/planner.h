@@ -7,8 +7,8 @@
 //   balanced  ours, a cost-model search (forward + backward makespan, H200-like figures) over:
 //             the striped ring (mirrored front/back ranges sized by speed, so any speeds are
 //             balanced exactly; equal-size K/V pieces travel the ring, several piece sizes
-//             tried), zigzag, and contiguous speed-proportional shards with K/V sent straight
-//             from the owner.
+//             tried), zigzag, contiguous speed-proportional shards with K/V sent straight
+//             from the owner, and (P >= 16) 2-D tiled plans (MakeTiledPlan).
 // Backward steps are derived from the forward ones (same routing: kQ -> kGradIn,
 // kOutPartial -> kDqPartial, plus a kDkvPartial back to the K/V owner after the last use of
 // each received K/V buffer). Pure functions; thread-safe.

@@ -1,6 +1,7 @@
 // The schedules pass CheckPlan; the balanced one is within 2% of ideal; the seed's schedule is
 // exactly the paper's; the checker catches broken plans; bad requests get clear errors.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "coordinator/planner/cost_model.h"
@@ -112,7 +113,7 @@ TEST(PlannerTest, BalancedIsWithinTwoPercentWithCommunication) {
   real.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
   for (int kind : {0, 1, 2}) {
     for (int P : {1, 2, 3, 4, 5, 6, 7, 8, 11, 16, 23, 24, 32, 64}) {
-      if (kind > 0 && P > 24) continue;
+      if (kind > 0 && P > 24) continue;  // larger P: next test
       for (bool causal : {true, false}) {
         real.speeds = SpeedSet(kind, P);
         absl::StatusOr<Plan> plan = MakePlan({"balanced", P, 262144, causal, real.speeds});
@@ -121,6 +122,32 @@ TEST(PlannerTest, BalancedIsWithinTwoPercentWithCommunication) {
         ASSERT_TRUE(c.ok());
         EXPECT_LE(c->forward.makespan_ratio, 1.02) << "speeds " << kind << " P=" << P << " causal=" << causal;
         EXPECT_LE(c->backward.makespan_ratio, 1.02) << "speeds " << kind << " P=" << P << " causal=" << causal;
+      }
+    }
+  }
+}
+
+// Unequal speeds at P >= 32: the 2% bound is NOT reached (docs/planner.md, "bandwidth limit":
+// 1-D plans are bandwidth-bound there, the 2-D tiled plans lose time to step synchronisation).
+// This guards what the search reaches today (measured 1.00-1.13) against regressions.
+TEST(PlannerTest, BalancedAtLargePWithUnequalSpeedsStaysWithinWhatIsReached) {
+  CostParams real;
+  real.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
+  for (int kind : {1, 2}) {
+    for (int P : {32, 64}) {
+      for (bool causal : {true, false}) {
+        real.speeds = SpeedSet(kind, P);
+        absl::StatusOr<Plan> plan = MakePlan({"balanced", P, 262144, causal, real.speeds});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        ASSERT_TRUE(CheckPlan(*plan).ok());
+        absl::StatusOr<PlanCost> c = EstimateCost(*plan, real);
+        ASSERT_TRUE(c.ok());
+        const double limit = causal ? 1.15 : 1.05;
+        EXPECT_LE(c->forward.makespan_ratio, limit) << "speeds " << kind << " P=" << P << " causal=" << causal;
+        EXPECT_LE(c->backward.makespan_ratio, limit) << "speeds " << kind << " P=" << P << " causal=" << causal;
+        std::printf("speeds %d P=%d %s: forward %.4f backward %.4f\n", kind, P,
+                    causal ? "causal" : "full", c->forward.makespan_ratio,
+                    c->backward.makespan_ratio);
       }
     }
   }
