@@ -33,7 +33,7 @@ if ((ngpu < 1)); then
   exit 1
 fi
 SIZES=${SIZES:-$( ((ngpu > 2)) && echo "2 $ngpu" || echo "$ngpu")}
-SEQS=${SEQS:-"131072 524288"}
+SEQS=${SEQS-"131072 524288"}  # may be set empty (only the longest probe)
 MASKS=${MASKS:-"causal full"}
 SCHEDULES=${SCHEDULES:-"balanced zigzag ring distflash"}
 if ((ngpu >= 8)); then LONGEST_SEQS=${LONGEST_SEQS-"1048576 2097152"}; else LONGEST_SEQS=${LONGEST_SEQS-"1048576"}; fi
