@@ -94,8 +94,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     o.client_id = absl::StrCat("dfa-client-", LocalHostName(), "-", getpid(), "-",
                                counter.fetch_add(1));
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<const RpcSecurity> security, RpcSecurity::Load(o.security));
   std::unique_ptr<Client> c(new Client(std::move(o)));
-  c->channel_ = MakeChannel(c->options_.coordinator);
+  c->security_ = std::move(security);
+  c->channel_ = MakeChannel(c->options_.coordinator, *c->security_);
   c->stub_ = v1::Coordinator::NewStub(c->channel_);
   return c;
 }
@@ -109,7 +111,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& coord
 std::shared_ptr<grpc::Channel> Client::WorkerChannel(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& ch = worker_channels_[address];
-  if (!ch) ch = MakeChannel(address);
+  if (!ch) ch = MakeChannel(address, *security_);
   return ch;
 }
 

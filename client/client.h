@@ -30,6 +30,7 @@
 #include "client/host_tensor.h"
 #include "client/worker_data_client.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
+#include "proto/tls/rpc_security.h"
 
 namespace dfa::client {
 
@@ -38,6 +39,9 @@ struct ClientOptions {
   std::string client_id;    // empty: "dfa-client-<host>-<pid>-<n>"
   absl::Duration rpc_timeout = absl::Seconds(30);   // control calls and each transfer call
   absl::Duration job_timeout = absl::Minutes(30);   // a job's whole run
+  // mTLS files and the bearer token, for the coordinator and the workers alike
+  // (docs/security.md). Empty: insecure, no token.
+  RpcSecurityOptions security;
 };
 
 struct SessionOptions {
@@ -113,6 +117,7 @@ class Session {
 class Client {
  public:
   // Opens a channel to the coordinator; does not wait for it (the first call does).
+  // INVALID_ARGUMENT naming the flag when options.security is incomplete or its files are bad.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
   // Default options for `coordinator` (host:port).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& coordinator);
@@ -136,6 +141,7 @@ class Client {
   explicit Client(ClientOptions options);
 
   ClientOptions options_;
+  std::shared_ptr<const RpcSecurity> security_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::mutex mu_;

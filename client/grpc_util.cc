@@ -11,6 +11,11 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& context) {
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return MakeChannel(address, *RpcSecurity::Insecure());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const RpcSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
@@ -21,7 +26,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return security.CreateChannel(address, args);
 }
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {

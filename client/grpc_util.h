@@ -10,6 +10,7 @@
 
 #include "absl/time/time.h"
 #include "kernels/status.h"
+#include "proto/tls/rpc_security.h"
 
 namespace dfa::client {
 
@@ -17,7 +18,11 @@ namespace dfa::client {
 // (e.g. "worker 127.0.0.1:7001 Upload").
 absl::Status FromGrpc(const grpc::Status& s, const std::string& context);
 
-// An insecure channel to `address` that accepts messages up to 64 MiB (download chunks).
+// A channel to `address` that accepts messages up to 64 MiB (download chunks), with
+// `security`'s credentials (mTLS or insecure) and bearer token (proto/tls/rpc_security.h).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const RpcSecurity& security);
+// The same, insecure and without a token.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Sets ctx's deadline `timeout` from now.

@@ -52,6 +52,15 @@ bool PortAccepts(int port) {
   return ok;
 }
 
+// The TLS flags dfa-coordinator and dfa-worker share (not the token: workers take none).
+void AppendSecurityFlags(const RpcSecurityOptions& s, std::vector<std::string>* argv) {
+  if (!s.tls()) return;
+  argv->push_back(absl::StrCat("--tls_cert=", s.cert_file));
+  argv->push_back(absl::StrCat("--tls_key=", s.key_file));
+  argv->push_back(absl::StrCat("--tls_ca=", s.ca_file));
+  if (!s.server_name.empty()) argv->push_back(absl::StrCat("--tls_server_name=", s.server_name));
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& bin_dir,
@@ -88,6 +97,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (options.workers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--workers must be >= 1, got ", options.workers));
   }
+  // Bad TLS files or token: the caller's error, named here rather than in a daemon's log.
+  RETURN_IF_ERROR(RpcSecurity::Load(options.security).status());
   std::unique_ptr<LocalCluster> c(new LocalCluster(options));
   ASSIGN_OR_RETURN(c->coordinator_bin_,
                    FindBinary(options.bin_dir, "coordinator", "dfa-coordinator"));
@@ -116,12 +127,23 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 
 LocalCluster::~LocalCluster() { (void)Stop(); }
 
+ClientOptions LocalCluster::client_options() const {
+  ClientOptions co;
+  co.coordinator = coordinator_.address;
+  co.security = options_.security;
+  return co;
+}
+
 absl::Status LocalCluster::StartCoordinator() {
   ASSIGN_OR_RETURN(int port, FreePort());
   ASSIGN_OR_RETURN(coordinator_.metrics_port, FreePort());
   coordinator_.address = absl::StrCat("127.0.0.1:", port);
   std::vector<std::string> argv = {coordinator_bin_, absl::StrCat("--listen=", coordinator_.address),
                                    absl::StrCat("--metrics_port=", coordinator_.metrics_port)};
+  AppendSecurityFlags(options_.security, &argv);
+  if (!options_.security.auth_token.empty()) {
+    argv.push_back(absl::StrCat("--auth_token=", options_.security.auth_token));
+  }
   for (const auto& a : options_.coordinator_args) argv.push_back(a);
   ASSIGN_OR_RETURN(coordinator_proc_,
                    ChildProcess::Start("dfa-coordinator", std::move(argv),
@@ -134,7 +156,7 @@ absl::Status LocalCluster::StartCoordinator() {
                                                  coordinator_proc_->LogTail(15)));
     }
     if (client == nullptr && PortAccepts(port)) {
-      ASSIGN_OR_RETURN(client, Client::Connect(coordinator_.address));
+      ASSIGN_OR_RETURN(client, Client::Connect(client_options()));
     }
     if (client != nullptr && client->WaitForCoordinator(absl::Milliseconds(200)).ok()) {
       return absl::OkStatus();
@@ -168,6 +190,7 @@ absl::Status LocalCluster::StartWorker(int index) {
   if (options_.memory_limit_bytes > 0) {
     argv.push_back(absl::StrCat("--memory_limit_bytes=", options_.memory_limit_bytes));
   }
+  AppendSecurityFlags(options_.security, &argv);
   for (const auto& a : options_.worker_args) argv.push_back(a);
   ASSIGN_OR_RETURN(auto proc, ChildProcess::Start(absl::StrCat("dfa-worker ", id), std::move(argv),
                                                   absl::StrCat(log_dir_, "/", id, ".log")));
@@ -177,8 +200,7 @@ absl::Status LocalCluster::StartWorker(int index) {
 }
 
 absl::Status LocalCluster::WaitForWorkers(int n, absl::Duration timeout) {
-  ClientOptions co;
-  co.coordinator = coordinator_.address;
+  ClientOptions co = client_options();
   co.rpc_timeout = absl::Seconds(2);
   ASSIGN_OR_RETURN(auto client, Client::Connect(co));
   const absl::Time deadline = absl::Now() + timeout;

@@ -6,6 +6,9 @@
 //   dfa-worker --listen=127.0.0.1:P --advertise=127.0.0.1:P --coordinator=127.0.0.1:C
 //              --worker_id=worker-I --backend=B --metrics_port=M [--threads=T]
 //              [--memory_limit_bytes=L] [worker_args...]
+// With `security` set, every daemon also gets --tls_cert/--tls_key/--tls_ca (and
+// --tls_server_name), the coordinator --auth_token, and the cluster's own readiness calls use
+// the same credentials (docs/security.md).
 // Readiness is observed through the protocol, not log lines: the coordinator answers GetStatus
 // and lists all N workers alive. Logs go to <log_dir>/{coordinator,worker-I}.log.
 //
@@ -21,6 +24,7 @@
 
 #include "absl/time/time.h"
 #include "client/child_process.h"
+#include "client/client.h"
 #include "kernels/status.h"
 
 namespace dfa::client {
@@ -36,6 +40,9 @@ struct LocalClusterOptions {
   absl::Duration stop_grace = absl::Seconds(10);
   std::vector<std::string> coordinator_args;
   std::vector<std::string> worker_args;
+  // TLS files for every daemon (and this cluster's own client); auth_token: the coordinator
+  // requires it from clients. Empty: insecure, no token (the demo's default).
+  RpcSecurityOptions security;
 };
 
 struct DaemonEndpoint {
@@ -54,6 +61,8 @@ class LocalCluster {
   const DaemonEndpoint& coordinator() const { return coordinator_; }
   const std::vector<DaemonEndpoint>& workers() const { return workers_; }
   const std::string& log_dir() const { return log_dir_; }
+  // Client options that reach this cluster (coordinator address and security).
+  ClientOptions client_options() const;
   ChildProcess* worker_process(int i) { return worker_procs_[static_cast<size_t>(i)].get(); }
 
   // Starts one more worker (id worker-<n>) and waits until the coordinator lists it alive.

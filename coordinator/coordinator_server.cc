@@ -3,7 +3,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
 namespace dfa {
@@ -44,11 +43,13 @@ absl::Status CoordinatorServer::Start() {
   if (options_.metrics_port >= 0) {
     ASSIGN_OR_RETURN(metrics_port_, metrics_.Serve(options_.metrics_port));
   }
-  service_ = std::make_unique<CoordinatorService>(options_, &metrics_);
+  ASSIGN_OR_RETURN(std::shared_ptr<const RpcSecurity> security,
+                   RpcSecurity::Load(options_.security));
+  service_ = std::make_unique<CoordinatorService>(options_, &metrics_, security);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.listen, security->ServerCredentials(), &port);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {

@@ -15,10 +15,12 @@ constexpr absl::Duration kWatchPoll = absl::Milliseconds(250);
 }  // namespace
 
 CoordinatorService::CoordinatorService(const CoordinatorOptions& options,
-                                       CoordinatorMetrics* metrics)
+                                       CoordinatorMetrics* metrics,
+                                       std::shared_ptr<const RpcSecurity> security)
     : options_(options),
       metrics_(metrics),
       registry_(options.lease),
+      stubs_(std::move(security)),
       sessions_(options, &registry_, &stubs_),
       jobs_(options, &stubs_, &sessions_, metrics) {}
 

@@ -24,7 +24,9 @@ namespace dfa {
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  CoordinatorService(const CoordinatorOptions& options, CoordinatorMetrics* metrics);
+  // `security`: credentials of the channels to workers (null: insecure).
+  CoordinatorService(const CoordinatorOptions& options, CoordinatorMetrics* metrics,
+                     std::shared_ptr<const RpcSecurity> security = nullptr);
   ~CoordinatorService() override;
 
   grpc::Status CreateSession(grpc::ServerContext* ctx, const v1::CreateSessionRequest* req,

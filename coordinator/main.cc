@@ -24,6 +24,15 @@ ABSL_FLAG(int, max_retained_jobs, 10000, "finished jobs kept for GetJob/WatchJob
 ABSL_FLAG(std::string, auth_token, "",
           "if set, client RPCs must carry metadata 'authorization: Bearer <token>'");
 
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate; with --tls_key and --tls_ca: mTLS on every connection");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA: clients and workers must present a certificate it signed; workers are "
+          "verified against it");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name workers' certificates are checked against (default: the host of their address)");
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("dfa-coordinator: DistFlashAttn Service coordinator daemon");
   absl::ParseCommandLine(argc, argv);
@@ -37,6 +46,10 @@ int main(int argc, char** argv) {
   options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
   options.max_retained_jobs = absl::GetFlag(FLAGS_max_retained_jobs);
   options.auth_token = absl::GetFlag(FLAGS_auth_token);
+  options.security.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.security.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.security.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.security.server_name = absl::GetFlag(FLAGS_tls_server_name);
   options.limits.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   options.limits.max_batch = absl::GetFlag(FLAGS_max_batch);
   options.limits.max_heads = absl::GetFlag(FLAGS_max_heads);
@@ -56,6 +69,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("dfa-coordinator listening on %s\n", server.address().c_str());
+  std::printf("dfa-coordinator transport: %s%s\n",
+              options.security.tls() ? "mTLS (client certificates required)" : "insecure",
+              options.auth_token.empty() ? "" : ", client token required");
   if (server.metrics_port() >= 0) {
     std::printf("dfa-coordinator metrics on port %d\n", server.metrics_port());
   }

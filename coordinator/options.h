@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "proto/tls/rpc_security.h"
 
 namespace dfa {
 
@@ -38,6 +39,10 @@ struct CoordinatorOptions {
   // Non-empty: client RPCs must carry metadata "authorization: Bearer <token>". Worker RPCs
   // (RegisterWorker, Heartbeat) are cluster-internal and not checked.
   std::string auth_token;
+  // TLS files (--tls_cert/--tls_key/--tls_ca, optional --tls_server_name): when set, the server
+  // requires client certificates signed by the CA (mTLS) and calls to workers use TLS with this
+  // certificate. Empty: insecure. Its auth_token is unused (workers check no token).
+  RpcSecurityOptions security;
   CoordinatorLimits limits;
 };
 

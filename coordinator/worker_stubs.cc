@@ -1,7 +1,5 @@
 #include "coordinator/worker_stubs.h"
 
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 
 namespace dfa {
 
@@ -16,8 +14,7 @@ std::shared_ptr<v1::Worker::Stub> WorkerStubs::Get(const std::string& address) {
     // Fail fast when a worker restarts: do not back off for long before reconnecting.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    stub = v1::Worker::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    stub = v1::Worker::NewStub(security_->CreateChannel(address, args));
   }
   return stub;
 }

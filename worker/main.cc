@@ -24,6 +24,15 @@ ABSL_FLAG(std::string, worker_id, "", "stable worker name (default worker-<host>
 ABSL_FLAG(double, speed, 1.0, "relative speed reported to the planner");
 ABSL_FLAG(int, step_timeout_s, 120, "seconds a plan step may wait for its data");
 
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate; with --tls_key and --tls_ca: mTLS on every connection");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA: callers must present a certificate it signed; the coordinator is verified "
+          "against it");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name the coordinator's certificate is checked against (default: its address' host)");
+
 namespace {
 
 sigset_t StopSignals() {
@@ -64,6 +73,10 @@ int main(int argc, char** argv) {
   o.worker_id = absl::GetFlag(FLAGS_worker_id);
   o.speed = absl::GetFlag(FLAGS_speed);
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.security.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  o.security.key_file = absl::GetFlag(FLAGS_tls_key);
+  o.security.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  o.security.server_name = absl::GetFlag(FLAGS_tls_server_name);
 
   auto daemon = dfa::WorkerDaemon::Start(o);
   if (!daemon.ok()) {

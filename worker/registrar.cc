@@ -4,8 +4,6 @@
 #include <iostream>
 
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 
 namespace dfa {
 namespace {
@@ -21,13 +19,14 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration d) {
 
 Registrar::Registrar(std::string coordinator_address, v1::RegisterWorkerRequest registration,
                      std::function<int64_t()> memory_used,
-                     std::function<void()> on_forgotten)
+                     std::function<void()> on_forgotten,
+                     std::shared_ptr<const RpcSecurity> security)
     : coordinator_(std::move(coordinator_address)),
       registration_(std::move(registration)),
       memory_used_(std::move(memory_used)),
       on_forgotten_(std::move(on_forgotten)),
       stub_(v1::Coordinator::NewStub(
-          grpc::CreateChannel(coordinator_, grpc::InsecureChannelCredentials()))) {}
+          (security ? security : RpcSecurity::Insecure())->CreateChannel(coordinator_))) {}
 
 Registrar::~Registrar() { Stop(); }
 

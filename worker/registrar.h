@@ -14,6 +14,7 @@
 
 #include "absl/time/time.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
+#include "proto/tls/rpc_security.h"
 
 namespace dfa {
 
@@ -22,9 +23,11 @@ class Registrar {
   // `memory_used` is called for every heartbeat. `on_forgotten` runs (on the registrar's
   // thread) when the coordinator answers a heartbeat with NOT_FOUND, before registering again:
   // the coordinator then treats this worker's sessions as lost (and a restarted one never knew
-  // them), so the daemon drops them and frees their memory.
+  // them), so the daemon drops them and frees their memory. `security`: credentials of the
+  // channel to the coordinator (null: insecure).
   Registrar(std::string coordinator_address, v1::RegisterWorkerRequest registration,
-            std::function<int64_t()> memory_used, std::function<void()> on_forgotten = {});
+            std::function<int64_t()> memory_used, std::function<void()> on_forgotten = {},
+            std::shared_ptr<const RpcSecurity> security = nullptr);
   ~Registrar();
 
   void Start();

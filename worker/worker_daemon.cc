@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/attention_backend.h"
@@ -182,10 +181,13 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
 #endif
   impl->budget = std::make_unique<MemoryBudget>(limit);
 
+  auto security = RpcSecurity::Load(o.security);
+  if (!security.ok()) return security.status();
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(o.listen, (*security)->ServerCredentials(), &bound_port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
 
@@ -254,7 +256,8 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
         [sessions, service] {
           sessions->CloseAll();
           service->UpdateGauges();
-        });
+        },
+        *security);
     impl->registrar->Start();
   }
   return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(impl)));

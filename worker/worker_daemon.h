@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "kernels/status.h"
+#include "proto/tls/rpc_security.h"
 
 namespace dfa {
 
@@ -29,6 +30,10 @@ struct WorkerOptions {
   double speed = 1.0;
   absl::Duration step_timeout = absl::Seconds(120);
   absl::Duration shutdown_grace = absl::Seconds(1);  // in-flight RPCs, after jobs are cancelled
+  // TLS files (--tls_cert/--tls_key/--tls_ca, --tls_server_name). Set: the server requires
+  // client certificates signed by the CA (mTLS) and the registrar's channel to the coordinator
+  // uses TLS with this certificate. Empty: insecure. See docs/security.md.
+  RpcSecurityOptions security;
 };
 
 class WorkerDaemon {

@@ -32,6 +32,7 @@ absl::Status Demo(Args& args) {
   ASSIGN_OR_RETURN(bool no_verify, args.GetBool("no-verify", false));
   ASSIGN_OR_RETURN(std::string path, args.GetString("path", "auto"));
   ASSIGN_OR_RETURN(run.path, ParseTransferPath(path));
+  ASSIGN_OR_RETURN(cluster.security, ParseSecurityFlags(args));
   RETURN_IF_ERROR(args.CheckNoUnknown());
   run.verify = !no_verify;
 
@@ -43,10 +44,14 @@ absl::Status Demo(Args& args) {
   for (const auto& w : local->workers()) std::printf(" %s", w.address.c_str());
   std::printf("; ready in %.2f s; logs in %s\n", absl::ToDoubleSeconds(absl::Now() - t0),
               local->log_dir().c_str());
+  if (cluster.security.tls() || !cluster.security.auth_token.empty()) {
+    std::printf("  transport: %s%s\n", cluster.security.tls() ? "mTLS" : "insecure",
+                cluster.security.auth_token.empty() ? "" : ", client token required");
+  }
 
   absl::Status job_status;
   {
-    auto c = client::Client::Connect(local->coordinator_address());
+    auto c = client::Client::Connect(local->client_options());
     job_status = c.ok() ? RunTrainingJob(c->get(), run) : c.status();
   }
   const absl::Time s0 = absl::Now();
@@ -69,7 +74,7 @@ int RunDemoCommand(int argc, char** argv) {
     return 2;
   }
   if (args->Has("help")) {
-    std::printf("%s", kUsage);
+    std::printf("%s%s", kUsage, kSecurityUsage);
     return 0;
   }
   absl::Status s = Demo(*args);

@@ -1,5 +1,7 @@
 #include "client/cli/job_flags.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/dtype.h"
 
@@ -42,6 +44,17 @@ absl::StatusOr<JobFlags> ParseJobFlags(Args& args, int64_t default_seq, int defa
   f.session.ttl_seconds = static_cast<int>(ttl);
   f.seed = static_cast<uint64_t>(seed);
   return f;
+}
+
+absl::StatusOr<RpcSecurityOptions> ParseSecurityFlags(Args& args) {
+  RpcSecurityOptions s;
+  ASSIGN_OR_RETURN(s.cert_file, args.GetString("tls-cert", ""));
+  ASSIGN_OR_RETURN(s.key_file, args.GetString("tls-key", ""));
+  ASSIGN_OR_RETURN(s.ca_file, args.GetString("tls-ca", ""));
+  ASSIGN_OR_RETURN(s.server_name, args.GetString("tls-server-name", ""));
+  const char* env_token = std::getenv("DFA_AUTH_TOKEN");
+  ASSIGN_OR_RETURN(s.auth_token, args.GetString("auth-token", env_token ? env_token : ""));
+  return s;
 }
 
 absl::StatusOr<client::TransferPath> ParseTransferPath(const std::string& p) {

@@ -19,6 +19,15 @@ struct JobFlags {
 // Reads the flags above; `default_seq` and `default_workers` differ per command.
 absl::StatusOr<JobFlags> ParseJobFlags(Args& args, int64_t default_seq, int default_workers);
 
+// Transport security of every command that talks to a cluster (docs/security.md):
+//   --tls-cert FILE --tls-key FILE --tls-ca FILE [--tls-server-name NAME]  (all three or none)
+//   --auth-token TOKEN (default: $DFA_AUTH_TOKEN)
+absl::StatusOr<RpcSecurityOptions> ParseSecurityFlags(Args& args);
+// The usage lines of the flags above.
+inline constexpr char kSecurityUsage[] =
+    "Security: [--tls-cert FILE --tls-key FILE --tls-ca FILE [--tls-server-name NAME]] (mTLS)\n"
+    "          [--auth-token TOKEN] (default $DFA_AUTH_TOKEN; sent as 'authorization: Bearer')\n";
+
 // --path: "auto", "grpc" or "shm".
 absl::StatusOr<client::TransferPath> ParseTransferPath(const std::string& path);
 

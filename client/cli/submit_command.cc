@@ -31,7 +31,10 @@ int Fail(const char* cmd, const absl::Status& s, const char* usage) {
 absl::StatusOr<std::unique_ptr<client::Client>> ConnectFromArgs(Args& args) {
   ASSIGN_OR_RETURN(std::string addr, args.GetString("coordinator", ""));
   if (addr.empty()) return absl::InvalidArgumentError("--coordinator HOST:PORT is required");
-  return client::Client::Connect(addr);
+  client::ClientOptions o;
+  o.coordinator = addr;
+  ASSIGN_OR_RETURN(o.security, ParseSecurityFlags(args));
+  return client::Client::Connect(o);
 }
 
 absl::Status Submit(Args& args) {
@@ -105,7 +108,7 @@ int RunCommand(const char* name, const char* usage, int argc, char** argv, Fn fn
   auto args = Args::Parse(argc, argv, 0);
   if (!args.ok()) return Fail(name, args.status(), usage);
   if (args->Has("help")) {
-    std::printf("%s", usage);
+    std::printf("%s%s", usage, kSecurityUsage);
     return 0;
   }
   absl::Status s = fn(*args);
