@@ -193,7 +193,10 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     // A few settings that did best in a sweep at P = 64 (docs/planner.md).
     for (const TiledOptions& options :
          {TiledOptions{4, 0.3, 2, 1024, 24, 5, 8}, TiledOptions{6, 0.3, 2, 1024, 24, 2, 8},
-          TiledOptions{4, 0.2, 3, 2048, 32, 3, 8}, TiledOptions{8, 0.2, 3, 512, 32, 3, 8}}) {
+          TiledOptions{4, 0.2, 3, 2048, 32, 3, 8}, TiledOptions{8, 0.2, 3, 512, 32, 3, 8},
+          // Head peers first and transfers spread over the step windows (planner-4's sweep).
+          TiledOptions{4, 0.3, 2, 1024, 32, 4, 8, true, 2},
+          TiledOptions{4, 0.3, 3, 1024, 32, 4, 8, true, 2}}) {
       {
         if (!TiledPlanApplies(r, options)) continue;
         Plan candidate = MakeTiledPlan(r, options);

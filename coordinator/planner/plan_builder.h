@@ -1,6 +1,7 @@
 // Small helpers the schedule files share to build a Plan (internal to the planner).
 #pragma once
 
+#include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/plan.h"
 
 namespace dfa::planner_internal {
@@ -24,5 +25,12 @@ inline void AddForwardCompute(Plan& plan, int t, int worker, RowRange q, RowRang
 
 // Pads every worker's forward pass to the same number of steps (empty steps are free).
 void EqualizeSteps(Plan& plan);
+
+// Moves transfers of one pass (forward or backward) to less loaded steps: owned Q/KV sends up to
+// `window` steps earlier, partials up to `window` steps later, each to the step whose transfer
+// window (one step's compute, as the executor overlaps them) is least full on both its links
+// (transfer_balance.cc). Keeps a CheckPlan-valid plan valid; pads the pass's steps to equal
+// length. No-op for window < 1, P < 2 or free communication.
+void BalanceTransfers(Plan& plan, const CostParams& params, int window, bool forward);
 
 }  // namespace dfa::planner_internal

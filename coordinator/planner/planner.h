@@ -61,6 +61,8 @@ struct TiledOptions {
   int steps = 24;       // steps after the local step 0 and before the tail (even work)
   int head_ramp = 4;     // the first head_ramp of them are smaller: 1/2^k of an even step
   int tail_steps = 16;   // fine steps of the last phase (own queries x one K piece each)
+  bool peers_first = false;  // head peers' queries (x own K/V) before the K pieces stream in
+  int balance_window = 0;    // > 0: BalanceTransfers over this many steps (forward; plan_builder.h)
 };
 // Whether MakeTiledPlan supports the request (seq_len >= 8 * workers, sane options).
 bool TiledPlanApplies(const PlanRequest& request, const TiledOptions& options);

@@ -25,6 +25,7 @@
 // Order of one worker's work (rows = query pieces: own, peers; columns = K pieces: own,
 // foreign), chosen so that partial results leave progressively, never all at the end:
 //  step 0           own queries x own K/V (no data needed);
+//  (peers_first: the first `head_rows` peers' queries x own K/V, one peer per step;)
 //  phase 1 (stream) each step receives the next foreign K piece (and, in the first `head_rows`
 //                   steps, one peer's queries); computes the "head" rows (a fraction
 //                   `head_fraction` of the own queries plus the first `head_rows` peers) against
@@ -206,12 +207,20 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
       const int n1 = std::max<int>(static_cast<int>(cols.size()), h);
       std::vector<const Piece*> rows_in = {&own_head};
       std::vector<const Piece*> cols_in = {&own_all};
+      // peers_first: the head peers' queries come first, against the own K/V (twice the compute
+      // per byte received of a K piece against the own head rows), then the K pieces stream in
+      // against all head rows.
+      const int pf = o.peers_first ? h : 0;
+      for (int s = 0; s < pf; ++s) {
+        cell(peers[s], own_all);
+        rows_in.push_back(&peers[s]);
+      }
       for (int s = 0; s < n1; ++s) {
         if (s < static_cast<int>(cols.size())) {
           for (const Piece* q : rows_in) cell(*q, cols[s]);
           cols_in.push_back(&cols[s]);
         }
-        if (s < h) {
+        if (s >= pf && s < h) {
           for (const Piece* c : cols_in) cell(peers[s], *c);
           rows_in.push_back(&peers[s]);
         }
@@ -277,6 +286,15 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
         }
       }
     }
+  }
+  if (o.balance_window > 0) {
+    // Spread the transfers over the steps' windows (transfer_balance.cc), with the search's
+    // H200-like figures.
+    planner_internal::EqualizeSteps(plan);
+    CostParams params;
+    params.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
+    params.speeds = speeds;
+    planner_internal::BalanceTransfers(plan, params, o.balance_window, /*forward=*/true);
   }
   return plan;
 }

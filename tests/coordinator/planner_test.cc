@@ -127,14 +127,16 @@ TEST(PlannerTest, BalancedIsWithinTwoPercentWithCommunication) {
   }
 }
 
-// Unequal speeds at P >= 32: the 2% bound is NOT reached (docs/planner.md, "bandwidth limit":
-// 1-D plans are bandwidth-bound there, the 2-D tiled plans lose time to step synchronisation).
-// This guards what the search reaches today (measured 1.00-1.13) against regressions.
+// Unequal speeds at P >= 32: the 2% bound is NOT reached everywhere (docs/planner.md,
+// "bandwidth limit" and "start-up and tail windows": 1-D plans are bandwidth-bound there, the
+// 2-D tiled plans lose time where a step's transfer window is overfull). This guards what the
+// search reaches today (measured: causal forward <= 1.05, backward <= 1.07; full <= 1.03)
+// against regressions, and the 2% where it is reached (P = 32, speeds 1,2,...).
 TEST(PlannerTest, BalancedAtLargePWithUnequalSpeedsStaysWithinWhatIsReached) {
   CostParams real;
   real.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
   for (int kind : {1, 2}) {
-    for (int P : {32, 64}) {
+    for (int P : {32, 48, 64}) {
       for (bool causal : {true, false}) {
         real.speeds = SpeedSet(kind, P);
         absl::StatusOr<Plan> plan = MakePlan({"balanced", P, 262144, causal, real.speeds});
@@ -142,13 +144,67 @@ TEST(PlannerTest, BalancedAtLargePWithUnequalSpeedsStaysWithinWhatIsReached) {
         ASSERT_TRUE(CheckPlan(*plan).ok());
         absl::StatusOr<PlanCost> c = EstimateCost(*plan, real);
         ASSERT_TRUE(c.ok());
-        const double limit = causal ? 1.15 : 1.05;
-        EXPECT_LE(c->forward.makespan_ratio, limit) << "speeds " << kind << " P=" << P << " causal=" << causal;
-        EXPECT_LE(c->backward.makespan_ratio, limit) << "speeds " << kind << " P=" << P << " causal=" << causal;
+        const double fwd_limit = P == 32 && kind == 1 ? 1.02 : causal ? 1.06 : 1.04;
+        const double bwd_limit = P == 32 && kind == 1 ? 1.02 : causal ? 1.08 : 1.04;
+        EXPECT_LE(c->forward.makespan_ratio, fwd_limit) << "speeds " << kind << " P=" << P << " causal=" << causal;
+        EXPECT_LE(c->backward.makespan_ratio, bwd_limit) << "speeds " << kind << " P=" << P << " causal=" << causal;
         std::printf("speeds %d P=%d %s: forward %.4f backward %.4f\n", kind, P,
                     causal ? "causal" : "full", c->forward.makespan_ratio,
                     c->backward.makespan_ratio);
       }
+    }
+  }
+}
+
+// BalanceTransfers keeps plans exact and valid and only moves what it may: owned Q/KV earlier,
+// partials later, within the window; at P = 64 (speeds 1,2,...) it shortens the tiled forward.
+TEST(PlannerTest, BalanceTransfersKeepsPlansValidAndHelpsTheTiledForward) {
+  const AttentionShape shape{1, 32, 32, 128, DType::kBF16};
+  CostParams real;
+  real.shape = shape;
+  for (int P : {5, 16, 64}) {
+    const std::vector<double> speeds = SpeedSet(1, P);
+    real.speeds = speeds;
+    PlanRequest req{"balanced", P, 262144, true, speeds};
+    TiledOptions options{4, 0.3, 2, 1024, 32, 4, 8, true, 0};
+    Plan before = MakeTiledPlan(req, options);
+    planner_internal::EqualizeSteps(before);
+    options.balance_window = 2;
+    Plan after = MakeTiledPlan(req, options);
+    planner_internal::EqualizeSteps(after);
+    // Same computes; each transfer moved at most 2 steps, in its allowed direction.
+    ASSERT_EQ(before.workers.size(), after.workers.size());
+    int moved = 0;
+    for (int w = 0; w < P; ++w) {
+      const auto& b = before.workers[w].forward;
+      const auto& a = after.workers[w].forward;
+      ASSERT_EQ(b.size(), a.size());
+      for (size_t t = 0; t < b.size(); ++t) {
+        EXPECT_EQ(b[t].computes, a[t].computes);
+        for (const Transfer& x : b[t].sends) {
+          int found = -1;
+          for (size_t u = 0; u < a.size() && found < 0; ++u) {
+            if (std::count(a[u].sends.begin(), a[u].sends.end(), x) > 0) found = static_cast<int>(u);
+          }
+          ASSERT_GE(found, 0);
+          const int delta = found - static_cast<int>(t);
+          EXPECT_TRUE(IsPartial(x.tensor) ? delta >= 0 && delta <= 2 : delta <= 0 && delta >= -2);
+          moved += delta != 0;
+        }
+      }
+    }
+    EXPECT_GT(moved, 0) << P;
+    for (Plan* p : {&before, &after}) {
+      DeriveBackwardSteps(*p);
+      absl::StatusOr<CheckReport> r = CheckPlan(*p, {shape, 0});
+      ASSERT_TRUE(r.ok()) << "P=" << P << ": " << r.status();
+    }
+    if (P == 64) {
+      absl::StatusOr<PlanCost> cb = EstimateCost(before, real), ca = EstimateCost(after, real);
+      ASSERT_TRUE(cb.ok() && ca.ok());
+      EXPECT_LT(ca->forward.makespan_ratio, cb->forward.makespan_ratio - 0.01);
+      std::printf("P=64 tiled forward: %.4f -> %.4f with BalanceTransfers\n",
+                  cb->forward.makespan_ratio, ca->forward.makespan_ratio);
     }
   }
 }

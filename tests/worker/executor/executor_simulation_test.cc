@@ -78,10 +78,16 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
     plan = MakeStripedRingPlan(req, pieces);
     planner_internal::EqualizeSteps(*plan);
     DeriveBackwardSteps(*plan);
-  } else if (schedule == "tiled") {  // 2-D tiles, unequal speeds, 1-3 groups, small K pieces
+  } else if (schedule == "tiled" || schedule == "tiled_pf") {
+    // 2-D tiles, unequal speeds, 1-3 groups, small K pieces; tiled_pf: head peers first and
+    // transfers moved by BalanceTransfers (Q/KV earlier, partials later).
     req.schedule = "balanced";
     for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
-    const TiledOptions options{std::min(P, 1 + P % 3), 0.25, 1 + P % 2, 3, 6, 2, 3};
+    TiledOptions options{std::min(P, 1 + P % 3), 0.25, 1 + P % 2, 3, 6, 2, 3};
+    if (schedule == "tiled_pf") {
+      options.peers_first = true;
+      options.balance_window = 1 + P % 3;
+    }
     ASSERT_TRUE(TiledPlanApplies(req, options));
     plan = MakeTiledPlan(req, options);
     planner_internal::EqualizeSteps(*plan);
@@ -131,7 +137,7 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
 INSTANTIATE_TEST_SUITE_P(
     AllSchedules, SimulationTest,
     ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced",
-                                         "striped", "tiled"),
+                                         "striped", "tiled", "tiled_pf"),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +
