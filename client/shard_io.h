@@ -18,6 +18,7 @@
 #include "client/host_tensor.h"
 #include "dfa/v1/attention.pb.h"
 #include "kernels/status.h"
+#include "worker/chunk_wire.h"
 
 namespace dfa::client {
 
@@ -39,9 +40,26 @@ absl::Status ForEachChunk(const HostTensor& t, v1::TensorKind kind,
                           std::span<const v1::RowRange> ranges, int64_t chunk_bytes,
                           const std::function<absl::Status(v1::TensorChunk&)>& emit);
 
+// Where one chunk lies: rows [row_begin, row_end) of batch `batch`, inside one range.
+struct ChunkSpan {
+  int batch = 0;
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+};
+// The chunks ForEachChunk would emit, in the same order, without touching data: `emit` gets
+// each span. Stops at and returns the first error of `emit`.
+absl::Status ForEachChunkSpan(const HostTensor& t, std::span<const v1::RowRange> ranges,
+                              int64_t chunk_bytes,
+                              const std::function<absl::Status(const ChunkSpan&)>& emit);
+// The transit bytes of `span` inside `t` when they are one contiguous run (BSHD tensors: a
+// chunk is rows of one batch), so a sender can checksum and send them in place; nullptr when
+// the transit layout differs from the tensor's (LSE), then GatherRows copies them.
+const uint8_t* ContiguousRows(const HostTensor& t, const ChunkSpan& span);
+// Copies the transit bytes of `span` to dst ((row_end - row_begin) * TransitRowBytes bytes).
+void GatherRows(const HostTensor& t, const ChunkSpan& span, uint8_t* dst);
+
 // Number of chunks ForEachChunk would emit.
-int64_t CountChunks(const HostTensor& t, std::span<const v1::RowRange> ranges,
-                    int64_t chunk_bytes);
+int64_t CountChunks(const HostTensor& t, std::span<const v1::RowRange> ranges, int64_t chunk_bytes);
 
 // Writes a received chunk into `t` after checking it: kind == `kind`, batch index in range,
 // rows inside one of `allowed`, data size matching its rows, CRC32C matching. Errors:
@@ -49,6 +67,14 @@ int64_t CountChunks(const HostTensor& t, std::span<const v1::RowRange> ranges,
 // On error nothing is written. Returns the number of data bytes applied.
 absl::StatusOr<int64_t> ApplyChunk(const v1::TensorChunk& chunk, v1::TensorKind kind,
                                    std::span<const v1::RowRange> allowed, HostTensor* t);
+
+// ApplyChunk for a chunk parsed in place from the wire (worker/chunk_wire.h): the same checks,
+// then its data pieces are copied once into `t` with the CRC32C computed in the same pass
+// (blocks of the source checksummed while they are in cache). On a checksum mismatch the rows
+// HAVE been written (DATA_LOSS; the caller fails the whole download); on every other error
+// nothing is written.
+absl::StatusOr<int64_t> ApplyWireChunk(const WireChunk& chunk, v1::TensorKind kind,
+                                       std::span<const v1::RowRange> allowed, HostTensor* t);
 
 // Shared-memory block of rows [begin, end) of `t`: its size, and copies into/out of it.
 int64_t BlockBytes(const HostTensor& t, const v1::RowRange& rows);

@@ -1,23 +1,94 @@
 #include "client/worker_data_client.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/grpc_util.h"
+#include "grpcpp/support/sync_stream.h"
+#include "worker/chunk_wire.h"
+#include "worker/crc32c.h"
 
 namespace dfa::client {
 namespace {
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
+const grpc::internal::RpcMethod& UploadMethod() {
+  static const grpc::internal::RpcMethod m("/dfa.v1.Worker/Upload",
+                                           grpc::internal::RpcMethod::CLIENT_STREAMING);
+  return m;
+}
+const grpc::internal::RpcMethod& DownloadMethod() {
+  static const grpc::internal::RpcMethod m("/dfa.v1.Worker/Download",
+                                           grpc::internal::RpcMethod::SERVER_STREAMING);
+  return m;
+}
+
+// Counts the slices gRPC still holds that point into a caller's tensor: an upload returns only
+// once gRPC has let go of all of them, so the tensor may be freed right after the call.
+class BorrowedSlices {
+ public:
+  grpc::Slice Borrow(const uint8_t* data, size_t n) {
+    std::lock_guard<std::mutex> l(mu_);
+    ++live_;
+    return grpc::Slice(const_cast<uint8_t*>(data), n, &BorrowedSlices::Release, this);
+  }
+  void WaitAllReleased() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return live_ == 0; });
+  }
+
+ private:
+  static void Release(void* self) {
+    auto* b = static_cast<BorrowedSlices*>(self);
+    std::lock_guard<std::mutex> l(b->mu_);  // notify under the lock: the waiter may free *b next
+    --b->live_;
+    b->cv_.notify_all();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t live_ = 0;
+};
+
+// One SharedMemoryTransfer call in flight on gRPC's callback API.
+struct ShmCall {
+  grpc::ClientContext ctx;
+  v1::SharedMemoryTransferRequest request;
+  v1::SharedMemoryTransferResponse response;
+  int64_t bytes = 0;  // what the worker must report
+  uint8_t* segment = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+
+  void Start(v1::Worker::Stub* stub) {
+    stub->async()->SharedMemoryTransfer(&ctx, &request, &response, [this](grpc::Status st) {
+      std::lock_guard<std::mutex> l(mu);  // notify under the lock: the waiter frees *this next
+      status = std::move(st);
+      done = true;
+      cv.notify_all();
+    });
+  }
+  grpc::Status Wait() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+    return status;
+  }
+};
+
 }  // namespace
 
 WorkerDataClient::WorkerDataClient(std::shared_ptr<grpc::Channel> channel, std::string address,
                                    std::string session_id, std::string client_id,
                                    absl::Duration timeout)
-    : stub_(v1::Worker::NewStub(channel)),
+    : channel_(channel),
+      stub_(v1::Worker::NewStub(channel)),
       address_(std::move(address)),
       session_id_(std::move(session_id)),
       client_id_(std::move(client_id)),
@@ -28,39 +99,58 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, 
                                                            int64_t chunk_bytes,
                                                            const ProgressFn& progress) {
   const absl::Time start = absl::Now();
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  v1::UploadResponse response;
-  std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer(stub_->Upload(&ctx, &response));
+  const std::string context = absl::StrCat("worker ", address_, " Upload ", TensorKindName(kind));
   TransferStats stats;
-  v1::UploadRequest request;
-  request.set_session_id(session_id_);
-  request.set_client_id(client_id_);
-  bool stream_broken = false;
-  absl::Status emit_status = ForEachChunk(t, kind, ranges, chunk_bytes, [&](v1::TensorChunk& c) {
-    request.mutable_chunk()->Swap(&c);
-    const int64_t n = static_cast<int64_t>(request.chunk().data().size());
-    if (!writer->Write(request)) {
-      stream_broken = true;  // the worker closed the stream: Finish() says why
-      return absl::AbortedError("stream closed");
+  BorrowedSlices borrowed;  // declared first: outlives the call that holds the slices
+  absl::Status emit_status, finish_status;
+  v1::UploadResponse response;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout_);
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), UploadMethod(), &ctx, &response));
+    bool stream_broken = false;
+    const int64_t row_bytes = TransitRowBytes(t);
+    emit_status = ForEachChunkSpan(t, ranges, chunk_bytes, [&](const ChunkSpan& span) {
+      const int64_t n = (span.row_end - span.row_begin) * row_bytes;
+      grpc::Slice data;
+      uint32_t crc;
+      if (const uint8_t* rows = ContiguousRows(t, span)) {
+        crc = Crc32c(rows, static_cast<size_t>(n));  // the rows as they are sent
+        data = borrowed.Borrow(rows, static_cast<size_t>(n));
+      } else {
+        uint8_t* buf;
+        data = NewDataSlice(static_cast<size_t>(n), &buf);
+        GatherRows(t, span, buf);
+        crc = Crc32c(buf, static_cast<size_t>(n));
+      }
+      const bool first = stats.chunks == 0;
+      const std::string prefix =
+          EncodeUploadPrefix(first ? session_id_ : "", first ? client_id_ : "", kind,
+                             span.row_begin, span.row_end, span.batch, crc, n);
+      if (!writer->Write(FrameBuffer(prefix, std::move(data)))) {
+        stream_broken = true;  // the worker closed the stream: Finish() says why
+        return absl::AbortedError("stream closed");
+      }
+      stats.bytes += n;
+      ++stats.chunks;
+      if (progress) progress(n);
+      return absl::OkStatus();
+    });
+    if (!emit_status.ok() && !stream_broken) {
+      ctx.TryCancel();
+    } else {
+      emit_status = absl::OkStatus();
+      writer->WritesDone();
     }
-    request.clear_session_id();
-    request.clear_client_id();
-    stats.bytes += n;
-    ++stats.chunks;
-    if (progress) progress(n);
-    return absl::OkStatus();
-  });
-  if (!emit_status.ok() && !stream_broken) {
-    ctx.TryCancel();
-    return emit_status;
+    finish_status = FromGrpc(writer->Finish(), context);
   }
-  writer->WritesDone();
-  RETURN_IF_ERROR(FromGrpc(writer->Finish(), absl::StrCat("worker ", address_, " Upload ",
-                                                          TensorKindName(kind))));
+  borrowed.WaitAllReleased();
+  RETURN_IF_ERROR(emit_status);
+  RETURN_IF_ERROR(finish_status);
   if (response.bytes_received() != stats.bytes) {
-    return absl::InternalError(absl::StrCat("worker ", address_, " Upload ", TensorKindName(kind),
-                                            ": acknowledged ", response.bytes_received(),
+    return absl::InternalError(absl::StrCat(context, ": acknowledged ", response.bytes_received(),
                                             " bytes of ", stats.bytes, " sent"));
   }
   stats.seconds = SecondsSince(start);
@@ -83,26 +173,35 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadGrpc(v1::TensorKind kind
     request.set_kind(kind);
     *request.mutable_rows() = range;
     request.set_chunk_bytes(static_cast<int32_t>(std::min<int64_t>(chunk_bytes, 32 << 20)));
-    std::unique_ptr<grpc::ClientReader<v1::TensorChunk>> reader(stub_->Download(&ctx, request));
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), DownloadMethod(), &ctx, request));
     // Every (batch, row) of the range must arrive exactly once.
     const int64_t n = range.end() - range.begin();
     std::vector<bool> seen(static_cast<size_t>(n * t->batch), false);
     int64_t rows_seen = 0;
-    v1::TensorChunk chunk;
+    grpc::ByteBuffer message;
+    ChunkFrame frame;  // chunk data parsed in place: copied once, into `t`
     absl::Status apply_status;
-    while (reader->Read(&chunk)) {
-      auto applied = ApplyChunk(chunk, kind, std::span<const v1::RowRange>(&range, 1), t);
+    while (reader->Read(&message)) {
+      if (absl::Status st = frame.ParseTensorChunk(message); !st.ok()) {
+        apply_status = absl::Status(st.code(), absl::StrCat(context, ": ", st.message()));
+        ctx.TryCancel();
+        break;
+      }
+      const WireChunk& chunk = frame.chunk();
+      auto applied = ApplyWireChunk(chunk, kind, std::span<const v1::RowRange>(&range, 1), t);
       if (!applied.ok()) {
         apply_status = absl::Status(applied.status().code(),
                                     absl::StrCat(context, ": ", applied.status().message()));
         ctx.TryCancel();
         break;
       }
-      for (int64_t r = chunk.rows().begin(); r < chunk.rows().end(); ++r) {
-        const size_t idx = static_cast<size_t>(chunk.batch_index() * n + (r - range.begin()));
+      for (int64_t r = chunk.row_begin; r < chunk.row_end; ++r) {
+        const size_t idx = static_cast<size_t>(chunk.batch_index * n + (r - range.begin()));
         if (seen[idx]) {
           apply_status = absl::DataLossError(
-              absl::StrCat(context, ": row ", r, " of batch ", chunk.batch_index(), " sent twice"));
+              absl::StrCat(context, ": row ", r, " of batch ", chunk.batch_index, " sent twice"));
           break;
         }
         seen[idx] = true;
@@ -129,6 +228,16 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadGrpc(v1::TensorKind kind
   return stats;
 }
 
+absl::Status WorkerDataClient::EnsureSegments(int n, int64_t bytes) {
+  for (int i = 0; i < n; ++i) {
+    if (segments_[i] == nullptr || segments_[i]->size() < bytes) {
+      segments_[i].reset();
+      ASSIGN_OR_RETURN(segments_[i], ShmSegment::Create(bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
                                                             std::span<const v1::RowRange> ranges,
                                                             int64_t segment_bytes, bool upload,
@@ -136,42 +245,65 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
                                                             const ProgressFn& progress) {
   const absl::Time start = absl::Now();
   const int64_t per_row = int64_t{t->batch} * TransitRowBytes(*t);
-  const int64_t max_rows = std::max<int64_t>(1, segment_bytes / per_row);
+  const int64_t piece_bytes = std::min(kMaxShmPieceBytes, segment_bytes / 2);
+  const int64_t max_rows = std::max<int64_t>(1, piece_bytes / per_row);
   const std::vector<v1::RowRange> pieces = SplitRanges(ranges, max_rows);
   int64_t largest = 0;
   for (const auto& p : pieces) largest = std::max(largest, BlockBytes(*t, p));
   TransferStats stats;
   if (largest == 0) return stats;
-  if (segment_ == nullptr || segment_->size() < largest) {
-    segment_.reset();
-    ASSIGN_OR_RETURN(segment_, ShmSegment::Create(largest));
-  }
-  ShmSegment* segment = segment_.get();
+  const int depth = pieces.size() > 1 ? 2 : 1;  // calls in flight = segments in use
+  RETURN_IF_ERROR(EnsureSegments(depth, largest));
   const std::string context = absl::StrCat("worker ", address_, " SharedMemoryTransfer ",
                                            TensorKindName(kind), upload ? " upload" : " download");
-  for (const v1::RowRange& piece : pieces) {
-    const int64_t bytes = BlockBytes(*t, piece);
+  std::deque<std::unique_ptr<ShmCall>> in_flight;  // oldest first
+  size_t next = 0;                                 // next piece to start
+  auto start_next = [&] {
+    const v1::RowRange& piece = pieces[next];
+    ShmSegment* segment = segments_[next % depth].get();
+    auto call = std::make_unique<ShmCall>();
+    call->bytes = BlockBytes(*t, piece);
+    call->segment = segment->data();
     if (upload) PackBlock(*t, piece, segment->data());
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, timeout_);
-    v1::SharedMemoryTransferRequest request;
-    request.set_session_id(session_id_);
-    request.set_client_id(client_id_);
-    request.set_kind(kind);
-    request.set_shm_name(segment->name());
-    *request.mutable_rows() = piece;
-    request.set_upload(upload);
-    v1::SharedMemoryTransferResponse response;
-    RETURN_IF_ERROR(FromGrpc(stub_->SharedMemoryTransfer(&ctx, request, &response), context));
-    if (response.bytes() != bytes) {
-      return absl::InternalError(absl::StrCat(context, ": worker moved ", response.bytes(),
-                                              " bytes, expected ", bytes));
+    SetDeadline(&call->ctx, timeout_);
+    v1::SharedMemoryTransferRequest& r = call->request;
+    r.set_session_id(session_id_);
+    r.set_client_id(client_id_);
+    r.set_kind(kind);
+    r.set_shm_name(segment->name());
+    *r.mutable_rows() = piece;
+    r.set_upload(upload);
+    r.set_keep_mapping(true);  // the segments live as long as this object (the session)
+    call->Start(stub_.get());
+    in_flight.push_back(std::move(call));
+    ++next;
+  };
+  // Completes the oldest call (and unpacks its piece on download).
+  auto finish_oldest = [&]() -> absl::Status {
+    std::unique_ptr<ShmCall> call = std::move(in_flight.front());
+    in_flight.pop_front();
+    RETURN_IF_ERROR(FromGrpc(call->Wait(), context));
+    if (call->response.bytes() != call->bytes) {
+      return absl::InternalError(absl::StrCat(context, ": worker moved ", call->response.bytes(),
+                                              " bytes, expected ", call->bytes));
     }
-    if (!upload) UnpackBlock(segment->data(), piece, t);
-    stats.bytes += bytes;
+    if (!upload) UnpackBlock(call->segment, call->request.rows(), t);
+    stats.bytes += call->bytes;
     ++stats.chunks;
-    if (progress) progress(bytes);
+    if (progress) progress(call->bytes);
+    return absl::OkStatus();
+  };
+  absl::Status status;
+  // Upload: pack i+1 while the worker copies i. Download: unpack i while the worker writes i+1.
+  while (status.ok() && (next < pieces.size() || !in_flight.empty())) {
+    if (next < pieces.size() && in_flight.size() < static_cast<size_t>(depth)) {
+      start_next();
+    } else {
+      status = finish_oldest();
+    }
   }
+  for (auto& call : in_flight) (void)call->Wait();  // after an error: let the calls end
+  RETURN_IF_ERROR(status);
   stats.seconds = SecondsSince(start);
   return stats;
 }

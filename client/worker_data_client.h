@@ -1,7 +1,15 @@
 // The client's data plane to ONE worker: uploads of Q/K/V/dO rows the worker owns, downloads of
 // O/LSE/dQ/dK/dV, seeded synthetic inputs, over a gRPC stream (TensorChunks with CRC32C) or,
-// on the same host, through a POSIX shared-memory segment (Worker.SharedMemoryTransfer).
+// on the same host, through POSIX shared memory (Worker.SharedMemoryTransfer).
 // Tensor bytes never pass through the coordinator.
+//
+// Copies: a gRPC upload checksums the caller's rows and hands them to gRPC in place (slices
+// that reference the tensor; no protobuf, no copy in this process: the kernel's socket copy is
+// the only one); a gRPC download parses each chunk inside gRPC's receive buffer
+// (worker/chunk_wire.h) and copies it once into the tensor, checksumming in the same pass.
+// Shared memory moves pieces of <= 8 MiB through two segments kept for the session (and kept
+// mapped by the worker: keep_mapping), pipelined: the client packs piece i+1 while the worker
+// copies piece i in (upload), or unpacks piece i while the worker writes piece i+1 (download).
 //
 // Thread safety: one object may be used by one thread at a time (it keeps its shared-memory
 // segment between calls); objects for different workers
@@ -35,6 +43,8 @@ struct TransferStats {
 
 class WorkerDataClient {
  public:
+  static constexpr int64_t kMaxShmPieceBytes = int64_t{8} << 20;
+
   WorkerDataClient(std::shared_ptr<grpc::Channel> channel, std::string address,
                    std::string session_id, std::string client_id, absl::Duration timeout);
 
@@ -46,10 +56,12 @@ class WorkerDataClient {
                                            int64_t chunk_bytes, const ProgressFn& progress);
   // Server-streaming download of rows `ranges` of `kind` into `t` (one Download call per range);
   // every chunk is checked (ApplyChunk) and the rows must be covered exactly once.
-  absl::StatusOr<TransferStats> DownloadGrpc(v1::TensorKind kind, std::span<const v1::RowRange> ranges,
+  absl::StatusOr<TransferStats> DownloadGrpc(v1::TensorKind kind,
+                                             std::span<const v1::RowRange> ranges,
                                              int64_t chunk_bytes, HostTensor* t,
                                              const ProgressFn& progress);
-  // Same-host path: one segment of at most `segment_bytes`, reused for pieces of the ranges.
+  // Same-host path: pieces of at most min(segment_bytes / 2, kMaxShmPieceBytes) (whole rows)
+  // through two segments kept between calls, two worker calls in flight.
   absl::StatusOr<TransferStats> UploadShm(v1::TensorKind kind, const HostTensor& t,
                                           std::span<const v1::RowRange> ranges,
                                           int64_t segment_bytes, const ProgressFn& progress);
@@ -66,13 +78,19 @@ class WorkerDataClient {
   const std::string& address() const { return address_; }
 
  private:
-  absl::StatusOr<TransferStats> ShmTransfer(v1::TensorKind kind, std::span<const v1::RowRange> ranges,
+  absl::StatusOr<TransferStats> ShmTransfer(v1::TensorKind kind,
+                                            std::span<const v1::RowRange> ranges,
                                             int64_t segment_bytes, bool upload, HostTensor* t,
                                             const ProgressFn& progress);
 
+  // Makes sure segments_[0..n) exist and hold `bytes` each.
+  absl::Status EnsureSegments(int n, int64_t bytes);
+
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Worker::Stub> stub_;
-  // Kept between shared-memory transfers: its pages stay mapped (no page faults on reuse).
-  std::unique_ptr<ShmSegment> segment_;
+  // Kept between shared-memory transfers: their pages stay mapped here (no page faults on
+  // reuse) and, through keep_mapping, in the worker.
+  std::unique_ptr<ShmSegment> segments_[2];
   std::string address_;
   std::string session_id_;
   std::string client_id_;

@@ -52,17 +52,6 @@ absl::Status CheckIdle(const WorkerSession& s) {
       "session_id = '", s.id, "' is running job '", s.running_job_id, "'; try again after it"));
 }
 
-// Closes a file descriptor and unmaps a mapping on scope exit.
-struct ShmMapping {
-  int fd = -1;
-  void* addr = MAP_FAILED;
-  size_t len = 0;
-  ~ShmMapping() {
-    if (addr != MAP_FAILED) munmap(addr, len);
-    if (fd >= 0) close(fd);
-  }
-};
-
 }  // namespace
 
 WorkerServiceImpl::WorkerServiceImpl(SessionRegistry* sessions, JobRunner* jobs,
@@ -289,36 +278,18 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
         absl::StrCat("kind = ", static_cast<int>(req.kind()), " is not a tensor kind"));
   }
   const int64_t need = rows.size() > 0 ? BlockBytes(*s, req.kind(), rows) : 0;
-  ShmMapping m;
-  m.fd = shm_open(name.c_str(), req.upload() ? O_RDONLY : O_RDWR, 0);
-  if (m.fd < 0) {
-    const int e = errno;
-    const std::string msg =
-        absl::StrCat("shm_name = '", name, "': shm_open failed: ", std::strerror(e));
-    return e == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
-  }
-  struct stat sb;
-  if (fstat(m.fd, &sb) != 0) return absl::InternalError("fstat of the shared memory failed");
-  if (sb.st_size < need) {
-    return absl::InvalidArgumentError(absl::StrCat("shm_name = '", name, "' has ", sb.st_size,
-                                                   " bytes; rows [", rows.begin, ", ", rows.end,
-                                                   ") need ", need));
-  }
+  // Kept mappings live in the session (dropped with it); others only for this call.
+  std::shared_ptr<ShmMapping> m;
   if (need > 0) {
-    m.len = static_cast<size_t>(need);
-    // MAP_POPULATE: one page-table fill up front instead of a fault per 4 KiB page.
-    m.addr = mmap(nullptr, m.len, req.upload() ? PROT_READ : PROT_READ | PROT_WRITE,
-                  MAP_SHARED | MAP_POPULATE, m.fd, 0);
-    if (m.addr == MAP_FAILED) {
-      return absl::InternalError(absl::StrCat("mmap of '", name, "': ", std::strerror(errno)));
-    }
+    ASSIGN_OR_RETURN(m, req.keep_mapping() ? s->shm_mappings.Get(name, need)
+                                           : MapForCall(name, need, !req.upload()));
   }
   std::lock_guard<std::mutex> l(s->mu);
   RETURN_IF_ERROR(CheckIdle(*s));
   if (req.upload()) {
-    RETURN_IF_ERROR(WriteBlock(s.get(), req.kind(), rows, static_cast<const uint8_t*>(m.addr)));
+    RETURN_IF_ERROR(WriteBlock(s.get(), req.kind(), rows, m ? m->addr : nullptr));
   } else {
-    RETURN_IF_ERROR(ReadBlock(s.get(), req.kind(), rows, static_cast<uint8_t*>(m.addr)));
+    RETURN_IF_ERROR(ReadBlock(s.get(), req.kind(), rows, m ? m->addr : nullptr));
   }
   *bytes = need;
   return absl::OkStatus();

@@ -22,6 +22,7 @@
 #include "kernels/attention_backend.h"
 #include "worker/executor/session_storage.h"
 #include "worker/session_transport.h"
+#include "worker/shm_mappings.h"
 
 namespace dfa {
 
@@ -71,6 +72,7 @@ struct WorkerSession {
   bool backward_done = false;      // dQ, dK, dV hold the backward of the current dO
   RowCoverage q_rows, k_rows, v_rows, dout_rows;  // guarded by mu
   std::atomic<bool> cancel{false};  // set by CancelJob for the running job
+  ShmMappings shm_mappings;  // client segments kept mapped (keep_mapping); thread-safe itself
 };
 
 }  // namespace dfa

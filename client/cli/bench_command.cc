@@ -1,9 +1,16 @@
 // `dfa bench`: data-plane rates (gRPC stream and shared memory, beside this machine's memcpy
 // rate) and attention throughput of the service on seeded synthetic resident inputs against the
 // single-process CPU kernel on the same problem (the service's overhead).
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,17 +28,78 @@ constexpr char kUsage[] =
     "usage: dfa bench [--coordinator HOST:PORT | --workers N --threads T --backend cpu]\n"
     "                 [--seq 16K] [--heads 8] [--kv-heads HK] [--head-dim 64] [--dtype bf16]\n"
     "                 [--causal|--full] [--schedule NAME] [--forward-only] [--repeat R]\n"
-    "                 [--transfer-mib 64] [--skip-transfer] [--skip-attention] [--skip-single]\n"
+    "                 [--transfer-mib 64] [--transfer-repeat 5] [--skip-transfer]\n"
+    "                 [--skip-attention] [--skip-single]\n"
     "                 [--single-threads T]\n"
     "Without --coordinator it starts a local cluster (N workers, T threads each; default 2 x 1).\n";
 
 double GBps(int64_t bytes, double secs) { return secs > 0 ? bytes / secs / 1e9 : 0; }
 
-// Best of a few copies of a `bytes` buffer (one direction: bytes read = bytes written).
-double MemcpyRate(int64_t bytes) {
+// CPU seconds (user + system) this process has used.
+double SelfCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// CPU seconds of processes `pids` (from /proc/<pid>/stat; 0 for any that cannot be read).
+double ProcessCpuSeconds(const std::vector<pid_t>& pids) {
+  static const double kTick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  double total = 0;
+  for (pid_t pid : pids) {
+    std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    // Fields after "(comm)": state is the 3rd field; utime and stime the 14th and 15th.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::atof(field.c_str());
+      if (i == 15) stime = std::atof(field.c_str());
+    }
+    total += (utime + stime) / kTick;
+  }
+  return total;
+}
+
+struct Rate {
+  double best_gbps = 0;
+  double client_cpu_per_gb = 0;  // mean over the repeats
+  double worker_cpu_per_gb = 0;
+  int64_t bytes = 0;
+  int64_t pieces = 0;
+};
+
+// Best of `repeats` runs of fn, and the mean CPU seconds per GB of this process and `workers`.
+absl::StatusOr<Rate> Measure(int repeats, const std::vector<pid_t>& workers,
+                             const std::function<absl::StatusOr<client::TransferStats>()>& fn) {
+  Rate r;
+  double client_cpu = 0, worker_cpu = 0, gb = 0;
+  for (int i = 0; i < repeats; ++i) {
+    const double c0 = SelfCpuSeconds(), w0 = ProcessCpuSeconds(workers);
+    ASSIGN_OR_RETURN(client::TransferStats s, fn());
+    // s.seconds: the transfers themselves (Session::Download also allocates the tensor first).
+    const double secs = s.seconds;
+    client_cpu += SelfCpuSeconds() - c0;
+    worker_cpu += ProcessCpuSeconds(workers) - w0;
+    gb += s.bytes / 1e9;
+    r.best_gbps = std::max(r.best_gbps, GBps(s.bytes, secs));
+    r.bytes = s.bytes;
+    r.pieces = s.chunks;
+  }
+  r.client_cpu_per_gb = gb > 0 ? client_cpu / gb : 0;
+  r.worker_cpu_per_gb = gb > 0 ? worker_cpu / gb : 0;
+  return r;
+}
+
+// Best of `repeats` single-threaded copies of a `bytes` buffer (bytes read = bytes written).
+double MemcpyRate(int64_t bytes, int repeats) {
   std::vector<uint8_t> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes), 0);
   double best = 0;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < repeats; ++i) {
     const absl::Time t0 = absl::Now();
     std::memcpy(b.data(), a.data(), a.size());
     best = std::max(best, GBps(bytes, absl::ToDoubleSeconds(absl::Now() - t0)));
@@ -40,11 +108,13 @@ double MemcpyRate(int64_t bytes) {
   return best;
 }
 
-absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib) {
-  std::printf("\n== client data plane (per-worker streams in parallel; %lld MiB per tensor) ==\n",
+// Data-plane rates: upload and download through gRPC and shared memory, one worker's shard and
+// all workers in parallel, each line best of `repeats`, beside memcpy measured in this run.
+// CPU s/GB counts this process (client) and, when their pids are known, the workers.
+absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib, int repeats,
+                            const std::vector<pid_t>& worker_pids) {
+  std::printf("\n== client data plane (%lld MiB per tensor; streams to workers in parallel) ==\n",
               static_cast<long long>(mib));
-  const double memcpy_rate = MemcpyRate(mib << 20);
-  std::printf("memcpy (this machine, 1 thread)      %6.2f GB/s\n", memcpy_rate);
   // Rows of 8 KiB (32 heads x 128 x bf16) and 512-token ranges per worker and batch index, so
   // gRPC chunks are full-size (4 MiB); S small enough that the forward (needed before O can be
   // downloaded) stays cheap.
@@ -61,58 +131,65 @@ absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib) {
   ASSIGN_OR_RETURN(auto session, c->CreateSession(so));
   ASSIGN_OR_RETURN(client::HostTensor q, client::MakeTensor(spec, v1::TENSOR_Q));
   client::FillRandom(11, &q);
+  const double memcpy_rate = MemcpyRate(static_cast<int64_t>(q.bytes.size()), repeats);
+  std::printf("best of %d per line; CPU s/GB: mean over the runs, client process + %s\n", repeats,
+              worker_pids.empty() ? "(workers not measured)" : "worker processes");
+  std::printf("%-34s %6.2f GB/s  (100%% of memcpy)\n", "memcpy, 1 thread (this machine)",
+              memcpy_rate);
+  auto report = [&](const std::string& what, const Rate& r) {
+    std::printf(
+        "%-34s %6.2f GB/s  (%3.0f%% of memcpy)  CPU s/GB client %.2f + workers %.2f"
+        "  (%.1f MiB, %lld pieces)\n",
+        what.c_str(), r.best_gbps, 100 * r.best_gbps / memcpy_rate, r.client_cpu_per_gb,
+        r.worker_cpu_per_gb, r.bytes / 1048576.0, static_cast<long long>(r.pieces));
+  };
   client::TransferOptions grpc_path, shm_path;
   grpc_path.path = client::TransferPath::kGrpc;
   shm_path.path = client::TransferPath::kSharedMemory;
-
-  auto report = [&](const std::string& what, const client::TransferStats& s) {
-    std::printf("%-36s %6.2f GB/s  (%.1f MiB in %.4f s, %lld pieces)\n", what.c_str(),
-                GBps(s.bytes, s.seconds), s.bytes / 1048576.0, s.seconds,
-                static_cast<long long>(s.chunks));
-  };
-  // Best of kTries: the first call also pays connection set-up and segment creation.
-  constexpr int kTries = 3;
-  auto best = [&](const std::function<absl::StatusOr<client::TransferStats>()>& fn)
-      -> absl::StatusOr<client::TransferStats> {
-    client::TransferStats b;
-    for (int i = 0; i < kTries; ++i) {
-      ASSIGN_OR_RETURN(client::TransferStats s, fn());
-      if (i == 0 || s.seconds < b.seconds) b = s;
-    }
-    return b;
-  };
-  std::printf("(best of %d per line)\n", kTries);
-  // One stream alone: rank 0's shard.
-  {
-    client::WorkerDataClient& data = session->DataClient(0);
-    std::vector<v1::RowRange> owned(session->info().shards(0).owned().begin(),
-                                    session->info().shards(0).owned().end());
-    ASSIGN_OR_RETURN(auto s, best([&] {
-      return data.UploadGrpc(v1::TENSOR_Q, q, owned, client::kDefaultChunkBytes, {});
-    }));
-    report("upload   gRPC, 1 stream", s);
-    ASSIGN_OR_RETURN(s, best([&] {
-      return data.UploadShm(v1::TENSOR_Q, q, owned, int64_t{64} << 20, {});
-    }));
-    report("upload   shared memory, 1 worker", s);
-  }
   const std::string n = absl::StrCat(workers);
-  ASSIGN_OR_RETURN(auto up, best([&] { return session->Upload(v1::TENSOR_Q, q, grpc_path); }));
-  report("upload   gRPC, " + n + " streams", up);
-  ASSIGN_OR_RETURN(up, best([&] { return session->Upload(v1::TENSOR_Q, q, shm_path); }));
-  report("upload   shared memory, " + n + " workers", up);
-  RETURN_IF_ERROR(session->Upload(v1::TENSOR_K, q, shm_path).status());
-  RETURN_IF_ERROR(session->Upload(v1::TENSOR_V, q, shm_path).status());
-  RETURN_IF_ERROR(session->Run(v1::JOB_FORWARD).status());
-  client::HostTensor o1, o2;
-  ASSIGN_OR_RETURN(auto down,
-                   best([&] { return session->Download(v1::TENSOR_O, &o1, grpc_path); }));
-  report("download gRPC, " + n + " streams", down);
-  ASSIGN_OR_RETURN(down, best([&] { return session->Download(v1::TENSOR_O, &o2, shm_path); }));
-  report("download shared memory, " + n + " workers", down);
-  if (o1.bytes != o2.bytes) {
-    return absl::DataLossError("bench: O downloaded through gRPC and shared memory differ");
+  // Rank 0's shard alone: one stream / one worker.
+  client::WorkerDataClient& data = session->DataClient(0);
+  const std::vector<v1::RowRange> owned(session->info().shards(0).owned().begin(),
+                                        session->info().shards(0).owned().end());
+  const int64_t shm_bytes = grpc_path.segment_bytes;
+  ASSIGN_OR_RETURN(Rate r, Measure(repeats, worker_pids, [&] {
+                     return data.UploadGrpc(v1::TENSOR_Q, q, owned, client::kDefaultChunkBytes, {});
+                   }));
+  report("upload   gRPC, 1 stream", r);
+  ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids,
+                              [&] { return session->Upload(v1::TENSOR_Q, q, grpc_path); }));
+  report("upload   gRPC, " + n + " streams", r);
+  ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids, [&] {
+                     return data.UploadShm(v1::TENSOR_Q, q, owned, shm_bytes, {});
+                   }));
+  report("upload   shared memory, 1 worker", r);
+  ASSIGN_OR_RETURN(
+      r, Measure(repeats, worker_pids, [&] { return session->Upload(v1::TENSOR_Q, q, shm_path); }));
+  report("upload   shared memory, " + n + " workers", r);
+  // Downloads of Q (what was uploaded: the round trip must be exact) through both paths.
+  ASSIGN_OR_RETURN(client::HostTensor q1, client::MakeTensor(spec, v1::TENSOR_Q));
+  client::HostTensor q2 = q1;
+  ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids, [&] {
+                     return data.DownloadGrpc(v1::TENSOR_Q, owned, client::kDefaultChunkBytes, &q1,
+                                              {});
+                   }));
+  report("download gRPC, 1 stream", r);
+  ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids,
+                              [&] { return session->Download(v1::TENSOR_Q, &q1, grpc_path); }));
+  report("download gRPC, " + n + " streams", r);
+  ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids, [&] {
+                     return data.DownloadShm(v1::TENSOR_Q, owned, shm_bytes, &q2, {});
+                   }));
+  report("download shared memory, 1 worker", r);
+  ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids,
+                              [&] { return session->Download(v1::TENSOR_Q, &q2, shm_path); }));
+  report("download shared memory, " + n + " workers", r);
+  if (q1.bytes != q.bytes || q2.bytes != q.bytes) {
+    return absl::DataLossError(absl::StrCat("bench: Q downloaded through ",
+                                            q1.bytes != q.bytes ? "gRPC" : "shared memory",
+                                            " differs from the Q uploaded"));
   }
+  std::printf("round trip (upload, download) exact on both paths\n");
   return session->Release();
 }
 
@@ -215,6 +292,7 @@ absl::Status Bench(Args& args) {
   ASSIGN_OR_RETURN(bool forward_only, args.GetBool("forward-only", false));
   ASSIGN_OR_RETURN(int64_t repeat, args.GetInt("repeat", 1, 1, 100));
   ASSIGN_OR_RETURN(int64_t mib, args.GetInt("transfer-mib", 64, 1, 4096));
+  ASSIGN_OR_RETURN(int64_t transfer_repeat, args.GetInt("transfer-repeat", 5, 1, 100));
   ASSIGN_OR_RETURN(bool skip_transfer, args.GetBool("skip-transfer", false));
   ASSIGN_OR_RETURN(bool skip_attention, args.GetBool("skip-attention", false));
   ASSIGN_OR_RETURN(bool skip_single, args.GetBool("skip-single", false));
@@ -238,7 +316,13 @@ absl::Status Bench(Args& args) {
   flags.session.num_workers = workers;
   ASSIGN_OR_RETURN(auto c, client::Client::Connect(coordinator));
   absl::Status s;
-  if (!skip_transfer) s = BenchTransfers(c.get(), workers, mib);
+  std::vector<pid_t> worker_pids;
+  if (local) {
+    for (int i = 0; i < workers; ++i) worker_pids.push_back(local->worker_process(i)->pid());
+  }
+  if (!skip_transfer) {
+    s = BenchTransfers(c.get(), workers, mib, static_cast<int>(transfer_repeat), worker_pids);
+  }
   if (s.ok() && !skip_attention) {
     s = BenchAttention(c.get(), flags, !forward_only, static_cast<int>(repeat), !skip_single,
                        static_cast<int>(single_threads));

@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "worker/chunk_wire.h"
 #include "worker/crc32c.h"
 
 namespace dfa::client {
@@ -129,6 +130,110 @@ TEST(ShardIoTest, ApplyChunkRejectsBadChunksWithoutWriting) {
   EXPECT_NE(s.message().find("chunk.data"), std::string::npos);
   // Rows 2..3 were never written by the rejected chunks.
   EXPECT_EQ(t->bytes[2 * 2 * 4 * 2], 0);
+}
+
+// A chunk as it arrives off the wire: serialized, cut into several slices (as gRPC may deliver
+// it), parsed in place.
+absl::StatusOr<int64_t> ApplyFromWire(const v1::TensorChunk& c, v1::TensorKind kind,
+                                      std::span<const v1::RowRange> allowed, HostTensor* t) {
+  const std::string wire = c.SerializeAsString();
+  const size_t a = wire.size() / 3, b = 2 * wire.size() / 3;
+  grpc::Slice parts[3] = {grpc::Slice(wire.data(), a), grpc::Slice(wire.data() + a, b - a),
+                          grpc::Slice(wire.data() + b, wire.size() - b)};
+  grpc::ByteBuffer buffer(parts, 3);
+  ChunkFrame frame;
+  RETURN_IF_ERROR(frame.ParseTensorChunk(buffer));
+  return ApplyWireChunk(frame.chunk(), kind, allowed, t);
+}
+
+TEST(ShardIoTest, WireChunksRoundTripLikeProtoChunks) {
+  auto spec = Spec(2, 40, 4, 2, 8);
+  for (v1::TensorKind kind : {v1::TENSOR_Q, v1::TENSOR_LSE}) {
+    auto in = MakeTensor(spec, kind);
+    ASSERT_TRUE(in.ok());
+    for (size_t i = 0; i < in->bytes.size(); ++i) in->bytes[i] = static_cast<uint8_t>(i * 37 + 1);
+    std::vector<v1::RowRange> owned = {R(0, 5), R(30, 40)};
+    auto out = MakeTensor(spec, kind);
+    ASSERT_TRUE(out.ok());
+    int64_t bytes = 0;
+    ASSERT_TRUE(ForEachChunk(*in, kind, owned, 3 * TransitRowBytes(*in), [&](v1::TensorChunk& c) {
+                  auto n = ApplyFromWire(c, kind, owned, &*out);
+                  if (n.ok()) bytes += *n;
+                  return n.status();
+                }).ok());
+    EXPECT_EQ(bytes, 2 * 15 * TransitRowBytes(*in));
+    auto expect = MakeTensor(spec, kind);
+    ASSERT_TRUE(expect.ok());
+    ASSERT_TRUE(ForEachChunk(*in, kind, owned, 1 << 20, [&](v1::TensorChunk& c) {
+                  return ApplyChunk(c, kind, owned, &*expect).status();
+                }).ok());
+    EXPECT_EQ(out->bytes, expect->bytes) << TensorKindName(kind);
+  }
+}
+
+TEST(ShardIoTest, WireChunkChecksNameTheField) {
+  auto spec = Spec(1, 8, 2, 2, 4);
+  auto t = MakeTensor(spec, v1::TENSOR_K);
+  ASSERT_TRUE(t.ok());
+  std::vector<v1::RowRange> owned = {R(0, 4)};
+  v1::TensorChunk c;
+  c.set_kind(v1::TENSOR_K);
+  *c.mutable_rows() = R(0, 2);
+  c.set_data(std::string(2 * 2 * 4 * 2, '\x11'));
+  c.set_crc32c(Crc32c(c.data().data(), c.data().size()));
+  ASSERT_TRUE(ApplyFromWire(c, v1::TENSOR_K, owned, &*t).ok());
+  EXPECT_EQ(t->bytes[0], 0x11);
+  auto bad = c;
+  bad.set_crc32c(c.crc32c() ^ 1);
+  EXPECT_EQ(ApplyFromWire(bad, v1::TENSOR_K, owned, &*t).status().code(),
+            absl::StatusCode::kDataLoss);
+  bad = c;
+  *bad.mutable_rows() = R(3, 5);
+  auto s = ApplyFromWire(bad, v1::TENSOR_K, owned, &*t).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("chunk.rows"), std::string::npos) << s;
+  bad = c;
+  bad.set_kind(v1::TENSOR_V);
+  EXPECT_NE(ApplyFromWire(bad, v1::TENSOR_K, owned, &*t).status().message().find("chunk.kind"),
+            std::string::npos);
+  bad = c;
+  bad.set_data(c.data() + "x");
+  bad.set_crc32c(Crc32c(bad.data().data(), bad.data().size()));
+  s = ApplyFromWire(bad, v1::TENSOR_K, owned, &*t).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("chunk.data"), std::string::npos);
+  EXPECT_EQ(t->bytes[2 * 2 * 4 * 2], 0);  // rows 2..3 never written
+}
+
+TEST(ShardIoTest, ChunkSpansMatchChunksAndPointIntoTheTensor) {
+  auto spec = Spec(2, 20, 2, 2, 4);
+  auto q = MakeTensor(spec, v1::TENSOR_Q);
+  ASSERT_TRUE(q.ok());
+  FillRandom(5, &*q);
+  std::vector<v1::RowRange> owned = {R(2, 9), R(15, 20)};
+  const int64_t chunk_bytes = 3 * q->row_bytes();
+  std::vector<v1::TensorChunk> chunks;
+  ASSERT_TRUE(ForEachChunk(*q, v1::TENSOR_Q, owned, chunk_bytes, [&](v1::TensorChunk& c) {
+                chunks.push_back(c);
+                return absl::OkStatus();
+              }).ok());
+  size_t i = 0;
+  ASSERT_TRUE(ForEachChunkSpan(*q, owned, chunk_bytes, [&](const ChunkSpan& s) {
+                EXPECT_LT(i, chunks.size());
+                if (i >= chunks.size()) return absl::InternalError("too many spans");
+                const v1::TensorChunk& c = chunks[i++];
+                EXPECT_EQ(s.batch, c.batch_index());
+                EXPECT_EQ(s.row_begin, c.rows().begin());
+                EXPECT_EQ(s.row_end, c.rows().end());
+                const uint8_t* p = ContiguousRows(*q, s);
+                EXPECT_NE(p, nullptr);
+                EXPECT_EQ(std::string(reinterpret_cast<const char*>(p), c.data().size()), c.data());
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ(i, chunks.size());
+  auto lse = MakeTensor(spec, v1::TENSOR_LSE);
+  ASSERT_TRUE(lse.ok());
+  EXPECT_EQ(ContiguousRows(*lse, ChunkSpan{0, 2, 5}), nullptr);
 }
 
 TEST(ShardIoTest, BlocksPackAndUnpackAllBatches) {
