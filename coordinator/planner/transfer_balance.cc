@@ -25,8 +25,8 @@ namespace {
 
 struct Move {
   int from = 0, to = 0, step = 0, lo = 0, hi = 0;  // current step, allowed [lo, hi]
-  Transfer send;                                    // as on the sender (peer = to)
-  double seconds = 0;                               // on the wire
+  Transfer send;                                   // as on the sender (peer = to)
+  double seconds = 0;                              // on the wire
 };
 
 bool Owns(const WorkerPlan& w, const RowRange& rows) {
