@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/plan_checker.h"
@@ -135,8 +136,10 @@ TEST(PlannerTest, BalancedIsWithinTwoPercentWithCommunication) {
 TEST(PlannerTest, BalancedAtLargePWithUnequalSpeedsStaysWithinWhatIsReached) {
   CostParams real;
   real.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
-  for (int kind : {1, 2}) {
-    for (int P : {32, 48, 64}) {
+  // Speeds 1,2,... at P = 32 and 64, random at P = 48 (each MakePlan here searches ~20 plans of
+  // P = 32-64 workers: keep the test at a few seconds).
+  for (const auto& [kind, P] : {std::pair{1, 32}, std::pair{1, 64}, std::pair{2, 48}}) {
+    {
       for (bool causal : {true, false}) {
         real.speeds = SpeedSet(kind, P);
         absl::StatusOr<Plan> plan = MakePlan({"balanced", P, 262144, causal, real.speeds});
