@@ -40,8 +40,8 @@ TEST(ScaleTest, EightWorkersEveryScheduleEqualsSingleDeviceAttention) {
   for (const Case& c : {Case{"balanced", true}, Case{"distflash", true}, Case{"ring", true},
                         Case{"zigzag", true}, Case{"balanced", false}}) {
     SCOPED_TRACE(::testing::Message() << c.schedule << (c.causal ? " causal" : " full"));
-    const auto spec = MakeSpec(/*batch=*/1, seq, /*q_heads=*/4, /*kv_heads=*/2, /*head_dim=*/32,
-                               c.causal);
+    const auto spec =
+        MakeSpec(/*batch=*/1, seq, /*q_heads=*/4, /*kv_heads=*/2, /*head_dim=*/32, c.causal);
     const TrainingInputs in = RandomInputs(spec, 8000 + (c.causal ? 1 : 2));
     RunResult r = RunTraining(client->get(), spec, kWorkers, c.schedule, in);
     EXPECT_EQ(r.num_workers, kWorkers);
