@@ -131,18 +131,11 @@ absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib, int rep
   ASSIGN_OR_RETURN(auto session, c->CreateSession(so));
   ASSIGN_OR_RETURN(client::HostTensor q, client::MakeTensor(spec, v1::TENSOR_Q));
   client::FillRandom(11, &q);
-  const double memcpy_rate = MemcpyRate(static_cast<int64_t>(q.bytes.size()), repeats);
-  std::printf("best of %d per line; CPU s/GB: mean over the runs, client process + %s\n", repeats,
-              worker_pids.empty() ? "(workers not measured)" : "worker processes");
-  std::printf("%-34s %6.2f GB/s  (100%% of memcpy)\n", "memcpy, 1 thread (this machine)",
-              memcpy_rate);
-  auto report = [&](const std::string& what, const Rate& r) {
-    std::printf(
-        "%-34s %6.2f GB/s  (%3.0f%% of memcpy)  CPU s/GB client %.2f + workers %.2f"
-        "  (%.1f MiB, %lld pieces)\n",
-        what.c_str(), r.best_gbps, 100 * r.best_gbps / memcpy_rate, r.client_cpu_per_gb,
-        r.worker_cpu_per_gb, r.bytes / 1048576.0, static_cast<long long>(r.pieces));
-  };
+  // memcpy is measured before and after the transfers and the better figure kept: on a shared
+  // machine it swings as much as the transfers do, and the higher one is the stricter yardstick.
+  double memcpy_rate = MemcpyRate(static_cast<int64_t>(q.bytes.size()), repeats);
+  std::vector<std::pair<std::string, Rate>> lines;
+  auto report = [&](const std::string& what, const Rate& r) { lines.emplace_back(what, r); };
   client::TransferOptions grpc_path, shm_path;
   grpc_path.path = client::TransferPath::kGrpc;
   shm_path.path = client::TransferPath::kSharedMemory;
@@ -184,6 +177,18 @@ absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib, int rep
   ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids,
                               [&] { return session->Download(v1::TENSOR_Q, &q2, shm_path); }));
   report("download shared memory, " + n + " workers", r);
+  memcpy_rate = std::max(memcpy_rate, MemcpyRate(static_cast<int64_t>(q.bytes.size()), repeats));
+  std::printf("best of %d per line; CPU s/GB: mean over the runs, this process (client) + %s\n",
+              repeats, worker_pids.empty() ? "(workers not measured)" : "the worker processes");
+  std::printf("%-34s %6.2f GB/s  (best before and after the transfers)\n",
+              "memcpy, 1 thread (this machine)", memcpy_rate);
+  for (const auto& [what, r] : lines) {
+    std::printf(
+        "%-34s %6.2f GB/s  (%3.0f%% of memcpy)  CPU s/GB client %.2f + workers %.2f"
+        "  (%.1f MiB, %lld pieces)\n",
+        what.c_str(), r.best_gbps, 100 * r.best_gbps / memcpy_rate, r.client_cpu_per_gb,
+        r.worker_cpu_per_gb, r.bytes / 1048576.0, static_cast<long long>(r.pieces));
+  }
   if (q1.bytes != q.bytes || q2.bytes != q.bytes) {
     return absl::DataLossError(absl::StrCat("bench: Q downloaded through ",
                                             q1.bytes != q.bytes ? "gRPC" : "shared memory",
