@@ -14,7 +14,7 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0: any free)");
 ABSL_FLAG(std::string, advertise, "", "address the coordinator and clients use (default: listen)");
 ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port (empty: standalone)");
-ABSL_FLAG(std::string, backend, "cpu", "attention backend: cpu, cuda or auto");
+ABSL_FLAG(std::string, backend, "cpu", "attention backend: cpu, cuda (our kernels), cudnn (cuDNN fused attention) or auto");
 ABSL_FLAG(int, threads, 0, "cpu backend threads per session (0: all cores)");
 ABSL_FLAG(int, device, 0, "cuda device ordinal");
 ABSL_FLAG(int64_t, memory_limit_bytes, 0, "session memory limit in bytes (0: 80% of RAM)");

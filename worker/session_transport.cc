@@ -42,7 +42,8 @@ class UcxSessionTransport : public SessionTransport {
 std::vector<std::string> SupportedTransports(std::string_view backend) {
   if (backend == "cpu") return {"ucx"};
 #ifdef DFA_HAVE_NCCL
-  if (backend == "cuda") return {"nccl"};
+  // Both GPU kernel backends (our kernels, cuDNN) keep tensors in device memory.
+  if (backend == "cuda" || backend == "cudnn") return {"nccl"};
 #endif
   return {};
 }

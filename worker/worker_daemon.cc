@@ -242,9 +242,12 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
     reg.set_worker_id(worker_id);
     reg.set_address(impl->advertised);
     reg.set_host(HostName());
-    reg.set_backend(impl->backend_name);
-    reg.set_device(impl->backend_name == "cuda" ? absl::StrCat("cuda:", o.cuda_device)
-                                                : std::string("cpu"));
+    // The coordinator places by device class ("cpu" or "cuda"); which GPU kernels run
+    // (our own or cuDNN's) is this worker's business, reported in `device`.
+    const bool gpu = impl->backend_name == "cuda" || impl->backend_name == "cudnn";
+    reg.set_backend(gpu ? "cuda" : impl->backend_name);
+    reg.set_device(gpu ? absl::StrCat("cuda:", o.cuda_device, " (", impl->backend_name, ")")
+                       : std::string("cpu"));
     reg.set_memory_limit_bytes(limit);
     reg.set_speed(o.speed);
     for (const std::string& t : SupportedTransports(impl->backend_name)) reg.add_transports(t);
