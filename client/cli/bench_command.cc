@@ -304,6 +304,7 @@ absl::Status Bench(Args& args) {
   const int workers = flags.session.num_workers > 0 ? flags.session.num_workers : 2;
   ASSIGN_OR_RETURN(int64_t single_threads,
                    args.GetInt("single-threads", workers * std::max<int64_t>(1, threads), 1, 1024));
+  ASSIGN_OR_RETURN(RpcSecurityOptions security, ParseSecurityFlags(args));
   RETURN_IF_ERROR(args.CheckNoUnknown());
 
   std::unique_ptr<client::LocalCluster> local;
@@ -313,13 +314,17 @@ absl::Status Bench(Args& args) {
     lo.threads_per_worker = static_cast<int>(threads);
     lo.backend = backend;
     lo.bin_dir = bin_dir;
+    lo.security = security;
     ASSIGN_OR_RETURN(local, client::LocalCluster::Start(lo));
     coordinator = local->coordinator_address();
     std::printf("local cluster: %d %s workers x %lld thread(s), coordinator %s\n", workers,
                 backend.c_str(), static_cast<long long>(threads), coordinator.c_str());
   }
   flags.session.num_workers = workers;
-  ASSIGN_OR_RETURN(auto c, client::Client::Connect(coordinator));
+  client::ClientOptions co;
+  co.coordinator = coordinator;
+  co.security = security;
+  ASSIGN_OR_RETURN(auto c, client::Client::Connect(co));
   absl::Status s;
   std::vector<pid_t> worker_pids;
   if (local) {
@@ -348,7 +353,7 @@ int RunBenchCommand(int argc, char** argv) {
     return 2;
   }
   if (args->Has("help")) {
-    std::printf("%s", kUsage);
+    std::printf("%s%s", kUsage, kSecurityUsage);
     return 0;
   }
   absl::Status s = Bench(*args);
