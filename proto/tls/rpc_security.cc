@@ -129,8 +129,7 @@ absl::Status CheckToken(const std::string& token) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const RpcSecurity>> RpcSecurity::Load(
-    const RpcSecurityOptions& o) {
+absl::StatusOr<std::shared_ptr<const RpcSecurity>> RpcSecurity::Load(const RpcSecurityOptions& o) {
   RETURN_IF_ERROR(CheckToken(o.auth_token));
   std::shared_ptr<RpcSecurity> s(new RpcSecurity());
   s->auth_token_ = o.auth_token;

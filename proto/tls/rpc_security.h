@@ -22,10 +22,10 @@
 // and may be shared by any number of threads and channels (hold it by shared_ptr).
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "kernels/status.h"
 

@@ -39,7 +39,8 @@ bool HaveOpenssl() { return std::system("openssl version >/dev/null 2>&1") == 0;
 // Runs a shell command in `dir`; false (with the output in the failure) when it fails.
 bool Sh(const std::string& dir, const std::string& cmd) {
   const std::string log = dir + "/openssl.log";
-  const int rc = std::system(absl::StrCat("cd '", dir, "' && (", cmd, ") >>'", log, "' 2>&1").c_str());
+  const int rc =
+      std::system(absl::StrCat("cd '", dir, "' && (", cmd, ") >>'", log, "' 2>&1").c_str());
   if (rc != 0) {
     std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -65,9 +66,9 @@ bool MakeLeaf(const std::string& dir, const std::string& name, const std::string
   return Sh(dir, absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
                               "-nodes -subj /CN=",
                               name, " -keyout ", name, ".key -out ", name, ".csr")) &&
-         Sh(dir, absl::StrCat("openssl x509 -req -days 2 -in ", name, ".csr -CA ", ca,
-                              ".pem -CAkey ", ca, ".key -CAcreateserial -extfile ", name,
-                              ".ext -out ", name, ".pem"));
+         Sh(dir,
+            absl::StrCat("openssl x509 -req -days 2 -in ", name, ".csr -CA ", ca, ".pem -CAkey ",
+                         ca, ".key -CAcreateserial -extfile ", name, ".ext -out ", name, ".pem"));
 }
 
 class SecurityTest : public ::testing::Test {
@@ -167,7 +168,8 @@ class SecurityTest : public ::testing::Test {
     ASSERT_TRUE(security.ok()) << security.status();
     for (const auto& w : cluster_->workers()) {
       grpc::Status s = CallWorker((*security)->CreateChannel(w.address));
-      EXPECT_NE(s.error_code(), grpc::StatusCode::UNAVAILABLE) << w.address << ": " << s.error_message();
+      EXPECT_NE(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+          << w.address << ": " << s.error_message();
     }
   }
 
@@ -215,8 +217,8 @@ TEST_F(SecurityTest, ClientWithoutCertificateIsRefused) {
     o.pem_root_certs.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   auto creds = grpc::SslCredentials(o);
-  auto coordinator = v1::Coordinator::NewStub(
-      grpc::CreateChannel(cluster_->coordinator_address(), creds));
+  auto coordinator =
+      v1::Coordinator::NewStub(grpc::CreateChannel(cluster_->coordinator_address(), creds));
   grpc::ClientContext ctx;
   client::SetDeadline(&ctx, absl::Seconds(3));
   ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
@@ -306,8 +308,9 @@ TEST_F(SecurityTest, IncompleteOrMismatchedTlsFilesAreNamed) {
   auto bin = client::LocalCluster::FindBinary("", "coordinator", "dfa-coordinator");
   ASSERT_TRUE(bin.ok()) << bin.status();
   auto proc = client::ChildProcess::Start(
-      "dfa-coordinator", {*bin, "--listen=127.0.0.1:0", absl::StrCat("--tls_cert=", no_key.cert_file),
-                          absl::StrCat("--tls_ca=", no_key.ca_file)},
+      "dfa-coordinator",
+      {*bin, "--listen=127.0.0.1:0", absl::StrCat("--tls_cert=", no_key.cert_file),
+       absl::StrCat("--tls_ca=", no_key.ca_file)},
       *dir_ + "/half-flags.log");
   ASSERT_TRUE(proc.ok()) << proc.status();
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
