@@ -171,6 +171,13 @@ absl::Status LocalCluster::StartCoordinator() {
   }
 }
 
+// GPUs visible to this host: /dev/nvidia0, /dev/nvidia1, ... (0 where there are none).
+static int CountLocalGpus() {
+  int n = 0;
+  while (std::filesystem::exists(absl::StrCat("/dev/nvidia", n))) ++n;
+  return n;
+}
+
 absl::Status LocalCluster::StartWorker(int index) {
   ASSIGN_OR_RETURN(int port, FreePort());
   DaemonEndpoint ep;
@@ -186,6 +193,11 @@ absl::Status LocalCluster::StartWorker(int index) {
                                    absl::StrCat("--metrics_port=", ep.metrics_port)};
   if (options_.threads_per_worker > 0) {
     argv.push_back(absl::StrCat("--threads=", options_.threads_per_worker));
+  }
+  // GPU workers: one per GPU of this host, round robin (the device files tell how many).
+  if (options_.backend != "cpu") {
+    const int gpus = CountLocalGpus();
+    if (gpus > 0) argv.push_back(absl::StrCat("--device=", index % gpus));
   }
   if (options_.memory_limit_bytes > 0) {
     argv.push_back(absl::StrCat("--memory_limit_bytes=", options_.memory_limit_bytes));
