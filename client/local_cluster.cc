@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -18,22 +20,60 @@
 namespace dfa::client {
 namespace fs = std::filesystem;
 
-absl::StatusOr<int> LocalCluster::FreePort() {
+namespace {
+
+// Binds 127.0.0.1:port to see whether it is free; returns the port (0 if port was 0: the
+// kernel's pick) or -1 when taken.
+int TryBind(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int e = errno;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(e)));
+  int result = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    result = ntohs(addr.sin_port);
   }
   close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
+  return result;
+}
+
+// First port of the kernel's ephemeral range (outgoing connections take their local ports
+// from it, so a port picked there can be taken by any connection before the daemon binds it).
+int EphemeralLow() {
+  int low = 32768, high = 60999;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    fclose(f);
+  }
+  return low;
+}
+
+bool LooksLikeLostPort(const absl::Status& s) {
+  const std::string m(s.message());
+  return m.find("listen") != std::string::npos || m.find("bind") != std::string::npos ||
+         m.find("Address already in use") != std::string::npos;
+}
+
+}  // namespace
+
+absl::StatusOr<int> LocalCluster::FreePort() {
+  // A random free port below the ephemeral range; the kernel's pick as the fallback.
+  static std::mt19937 rng(std::random_device{}());
+  const int low = 10000, high = EphemeralLow();
+  if (high - low > 1000) {
+    std::uniform_int_distribution<int> pick(low, high - 1);
+    for (int i = 0; i < 64; ++i) {
+      const int p = TryBind(pick(rng));
+      if (p > 0) return p;
+    }
+  }
+  const int p = TryBind(0);
+  if (p <= 0) return absl::UnavailableError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(errno)));
+  return p;
 }
 
 namespace {
@@ -93,6 +133,15 @@ absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& bin_dir,
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = StartOnce(options);
+  for (int attempt = 1; attempt < 3 && !c.ok() && LooksLikeLostPort(c.status()); ++attempt) {
+    c = StartOnce(options);
+  }
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::StartOnce(
     const LocalClusterOptions& options) {
   if (options.workers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--workers must be >= 1, got ", options.workers));

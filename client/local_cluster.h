@@ -78,6 +78,9 @@ class LocalCluster {
   static absl::StatusOr<int> FreePort();
 
  private:
+  // One attempt of Start(); Start() retries when a daemon lost its port to another process
+  // between FreePort() and its bind (ports are picked, then handed to the daemon by flag).
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> StartOnce(const LocalClusterOptions& options);
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
   absl::Status StartCoordinator();
   absl::Status StartWorker(int index);
