@@ -19,7 +19,28 @@ import time
 _REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
+    """A free loopback port below the kernel's ephemeral range (outgoing connections take their
+    local ports from that range, so a port picked there can be taken before a daemon binds it);
+    the kernel's own pick as the fallback."""
+    import random
+    high = _ephemeral_low()
+    for _ in range(64 if high > 11000 else 0):
+        port = random.randrange(10000, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
