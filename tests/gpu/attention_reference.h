@@ -127,4 +127,40 @@ inline double RelError(const std::vector<float>& a, const std::vector<double>& r
 // Unit roundoff of a storage dtype.
 inline double Eps(DType t) { return t == DType::kBF16 ? 1.0 / 256 : t == DType::kF16 ? 1.0 / 2048 : 1e-7; }
 
+// Seeded inputs of a unit, fp32 values rounded to s.dtype (and their 16-bit bits).
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+  std::vector<uint16_t> qb, kb, vb, dob;
+};
+
+inline Inputs MakeInputs(const UnitShape& s, uint64_t seed) {
+  Inputs in;
+  const size_t nq = size_t(s.batch) * s.m * s.q_heads * s.head_dim;
+  const size_t nk = size_t(s.batch) * s.n * s.kv_heads * s.head_dim;
+  in.q = RandomRounded(nq, s.dtype, seed, &in.qb);
+  in.k = RandomRounded(nk, s.dtype, seed + 1, &in.kb);
+  in.v = RandomRounded(nk, s.dtype, seed + 2, &in.vb);
+  in.dout = RandomRounded(nq, s.dtype, seed + 3, &in.dob);
+  return in;
+}
+
+inline TensorView View(void* data, DType t, const UnitShape& s, bool kv) {
+  TensorView v;
+  v.data = data;
+  v.dtype = t;
+  v.batch = s.batch;
+  v.rows = kv ? s.n : s.m;
+  v.heads = kv ? s.kv_heads : s.q_heads;
+  v.head_dim = s.head_dim;
+  return v;
+}
+inline RowStatView Stat(float* data, const UnitShape& s) {
+  RowStatView r;
+  r.data = data;
+  r.batch = s.batch;
+  r.heads = s.q_heads;
+  r.rows = s.m;
+  return r;
+}
+
 }  // namespace dfa::testing

@@ -19,6 +19,10 @@ using testing::RandomRounded;
 using testing::ReferenceAttention;
 using testing::RelError;
 using testing::UnitShape;
+using testing::Inputs;
+using testing::MakeInputs;
+using testing::Stat;
+using testing::View;
 
 class CudaBackendTest : public ::testing::Test {
  protected:
@@ -53,41 +57,6 @@ class CudaBackendTest : public ::testing::Test {
   std::unique_ptr<AttentionBackend> be_;
   std::vector<void*> allocs_;
 };
-
-struct Inputs {
-  std::vector<float> q, k, v, dout;
-  std::vector<uint16_t> qb, kb, vb, dob;
-};
-
-Inputs MakeInputs(const UnitShape& s, uint64_t seed) {
-  Inputs in;
-  const size_t nq = size_t(s.batch) * s.m * s.q_heads * s.head_dim;
-  const size_t nk = size_t(s.batch) * s.n * s.kv_heads * s.head_dim;
-  in.q = RandomRounded(nq, s.dtype, seed, &in.qb);
-  in.k = RandomRounded(nk, s.dtype, seed + 1, &in.kb);
-  in.v = RandomRounded(nk, s.dtype, seed + 2, &in.vb);
-  in.dout = RandomRounded(nq, s.dtype, seed + 3, &in.dob);
-  return in;
-}
-
-TensorView View(void* data, DType t, const UnitShape& s, bool kv) {
-  TensorView v;
-  v.data = data;
-  v.dtype = t;
-  v.batch = s.batch;
-  v.rows = kv ? s.n : s.m;
-  v.heads = kv ? s.kv_heads : s.q_heads;
-  v.head_dim = s.head_dim;
-  return v;
-}
-RowStatView Stat(float* data, const UnitShape& s) {
-  RowStatView r;
-  r.data = data;
-  r.batch = s.batch;
-  r.heads = s.q_heads;
-  r.rows = s.m;
-  return r;
-}
 
 // The grid: tails, offsets (some rows see no key), GQA and MQA, batch 2, both masks/dtypes.
 std::vector<UnitShape> Grid() {
