@@ -4,11 +4,18 @@
 // Tile choices measured on H200: docs/kernels-cuda.md.
 #include "kernels/cuda/flash_fwd_kernel.cuh"
 #include "kernels/cuda/flash_fwd_sm90.cuh"
+#include "kernels/cuda/flash_fwd_sm90_ws.cuh"
 #include "kernels/cuda/sm90_dispatch.h"
 
 namespace dfa::cuda {
 cudaError_t LaunchFwdBf16Hdim128(const FwdParams& p, cudaStream_t stream) {
-  if (UseSm90Kernels()) return LaunchFwdSm90<__nv_bfloat16, 128, 128>(p, stream);  // kD, kBlockN
+  if (UseSm90Kernels()) {
+    if (UseSm90WsForward()) {  // TMA + warp specialisation; NotSupported: strides TMA cannot map
+      const cudaError_t err = LaunchFwdSm90Ws<__nv_bfloat16, 128, 128, 2>(p, stream);  // kStages 2
+      if (err != cudaErrorNotSupported) return err;
+    }
+    return LaunchFwdSm90<__nv_bfloat16, 128, 128>(p, stream);  // kD, kBlockN
+  }
   return LaunchFwd<__nv_bfloat16, 128, 128, 64, 4>(p, stream);  // kD, kBlockM, kBlockN, kNWarps
 }
 }  // namespace dfa::cuda

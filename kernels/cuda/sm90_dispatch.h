@@ -28,4 +28,24 @@ inline bool UseSm90Kernels() {
   return cached[dev] == 1;
 }
 
+// True unless DFA_CUDA_FWD_WS is set to "0": the Hopper forward then runs the warp-specialised
+// TMA kernel (flash_fwd_sm90_ws.cuh) where it exists, else the cp.async one (flash_fwd_sm90.cuh).
+inline bool UseSm90WsForward() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("DFA_CUDA_FWD_WS");
+    return e == nullptr || e[0] != '0';
+  }();
+  return enabled;
+}
+
+// True unless DFA_CUDA_FWD_PINGPONG is "0": the two consumer warpgroups of the warp-specialised
+// forward take turns issuing their GEMMs (named barriers).
+inline bool UseSm90FwdPingPong() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("DFA_CUDA_FWD_PINGPONG");
+    return e == nullptr || e[0] != '0';
+  }();
+  return enabled;
+}
+
 }  // namespace dfa::cuda

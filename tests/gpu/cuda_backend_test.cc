@@ -219,6 +219,72 @@ TEST_F(CudaBackendTest, AccumulateAndMergeEqualTheWholeUnit) {
   }
 }
 
+// Head dim 128 (the TMA forward on Hopper) on non-dense views: Q rows padded, K and V
+// interleaved in one buffer (as a packed KV chunk), batch 2, padded batch strides; forward in
+// two key halves with accumulate equals the whole unit.
+TEST_F(CudaBackendTest, Hdim128StridedViewsAndAccumulate) {
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    UnitShape s;
+    s.dtype = t, s.head_dim = 128, s.m = 200, s.n = 300, s.q_heads = 4, s.kv_heads = 2;
+    s.q_row0 = 60, s.kv_row0 = 0, s.mask = MaskKind::kCausal, s.batch = 2;
+    SCOPED_TRACE(t == DType::kBF16 ? "bf16" : "f16");
+    const Inputs in = MakeInputs(s, 91);
+    const float scale = 0.088f;
+    const auto ref = ReferenceAttention(s, in.q, in.k, in.v, nullptr, scale);
+    const int64_t d = s.head_dim, q_rs = s.q_heads * d + 64, q_bs = s.m * q_rs + 128;
+    const int64_t kv_rs = 2 * s.kv_heads * d, kv_bs = s.n * kv_rs + 64;
+    std::vector<uint16_t> qh(size_t(s.batch) * q_bs, 0x7fc0), kvh(size_t(s.batch) * kv_bs, 0x7fc0);
+    for (int b = 0; b < s.batch; ++b) {
+      for (int64_t r = 0; r < s.m; ++r) {
+        std::memcpy(&qh[b * q_bs + r * q_rs], &in.qb[(b * s.m + r) * s.q_heads * d], s.q_heads * d * 2);
+      }
+      for (int64_t r = 0; r < s.n; ++r) {
+        const size_t src = (b * s.n + r) * s.kv_heads * d;
+        std::memcpy(&kvh[b * kv_bs + r * kv_rs], &in.kb[src], s.kv_heads * d * 2);
+        std::memcpy(&kvh[b * kv_bs + r * kv_rs + s.kv_heads * d], &in.vb[src], s.kv_heads * d * 2);
+      }
+    }
+    char* q = static_cast<char*>(Upload(qh.data(), qh.size() * 2));
+    char* kv = static_cast<char*>(Upload(kvh.data(), kvh.size() * 2));
+    const size_t nq = in.q.size(), nstat = size_t(s.batch) * s.q_heads * s.m;
+    ForwardArgs f;
+    f.scale = scale;
+    f.mask = s.mask;
+    f.q = View(q, t, s, false), f.q.row_stride = q_rs, f.q.batch_stride = q_bs;
+    f.q_row0 = s.q_row0;
+    TensorView k = View(kv, t, s, true), v = View(kv + s.kv_heads * d * 2, t, s, true);
+    k.row_stride = v.row_stride = kv_rs;
+    k.batch_stride = v.batch_stride = kv_bs;
+    float* out = Poisoned(nq, NAN);
+    float* lse = Poisoned(nstat, NAN);
+    f.out = View(out, DType::kF32, s, false), f.lse = Stat(lse, s);
+    const int64_t split = 136;
+    f.k = k.Slice(0, split), f.v = v.Slice(0, split), f.kv_row0 = 0;
+    ASSERT_TRUE(be_->Forward(f).ok());
+    f.k = k.Slice(split, s.n - split), f.v = v.Slice(split, s.n - split), f.kv_row0 = split;
+    f.accumulate = true;
+    ASSERT_TRUE(be_->Forward(f).ok());
+    EXPECT_LT(RelError(Download<float>(out, nq), ref.out), 2 * Eps(t));
+    const auto l = Download<float>(lse, nstat);
+    for (size_t i = 0; i < nstat; ++i) ASSERT_NEAR(l[i], ref.lse[i], 4 * Eps(t)) << "row " << i;
+    // The whole unit at once, out in the input dtype with a padded row stride.
+    std::vector<uint16_t> oh(size_t(s.batch) * q_bs, 0);
+    char* o16 = static_cast<char*>(Upload(oh.data(), oh.size() * 2));
+    f.k = k, f.v = v, f.kv_row0 = 0, f.accumulate = false;
+    f.out = View(o16, t, s, false), f.out.row_stride = q_rs, f.out.batch_stride = q_bs;
+    ASSERT_TRUE(be_->Forward(f).ok());
+    const auto o_bits = Download<uint16_t>(o16, oh.size());
+    std::vector<float> o_dense(nq);
+    for (int b = 0; b < s.batch; ++b)
+      for (int64_t r = 0; r < s.m; ++r)
+        for (int64_t c = 0; c < s.q_heads * d; ++c) {
+          const uint16_t x = o_bits[b * q_bs + r * q_rs + c];
+          o_dense[(b * s.m + r) * s.q_heads * d + c] = t == DType::kBF16 ? BF16ToFloat(x) : HalfToFloat(x);
+        }
+    EXPECT_LT(RelError(o_dense, ref.out), 4 * Eps(t));
+  }
+}
+
 TEST_F(CudaBackendTest, RejectsUnsupportedHeadDimAndF32) {
   UnitShape s;
   s.head_dim = 96, s.m = 16, s.n = 16;

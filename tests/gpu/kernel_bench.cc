@@ -5,7 +5,8 @@
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
 // Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
-// -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels.
+// -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, -cpasync when DFA_CUDA_FWD_WS=0 keeps
+// the Hopper forward on the cp.async wgmma kernel instead of the TMA warp-specialised one.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -62,7 +63,13 @@ int Main(int argc, char** argv) {
   AttentionBackend& be = **be_or;
   // The CUDA backend runs its wgmma kernels on sm_90 unless DFA_CUDA_NO_WGMMA is set.
   const char* no_wgmma = std::getenv("DFA_CUDA_NO_WGMMA");
-  const char* kernel_tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync" : "";
+  // DFA_CUDA_FWD_WS=0 keeps the Hopper forward on the cp.async kernel (rows tagged -cpasync).
+  const char* no_ws = std::getenv("DFA_CUDA_FWD_WS");
+  const char* no_pp = std::getenv("DFA_CUDA_FWD_PINGPONG");
+  const char* kernel_tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync"
+                           : no_ws && no_ws[0] == '0'                    ? "-cpasync"
+                           : no_pp && no_pp[0] == '0'                    ? "-nopingpong"
+                                                                         : "";
   const int kHeads = 32;
   std::vector<int64_t> lengths = quick ? std::vector<int64_t>{4096, 16384} : std::vector<int64_t>{4096, 16384, 65536};
   const int64_t max_s = lengths.back();

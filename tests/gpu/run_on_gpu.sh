@@ -2,9 +2,10 @@
 # Runs the GPU kernel checks and benchmarks on the GPU machine (see docs/kernels-cuda.md).
 # Expects the binaries and their bundled libraries in $G (default .gpu-kernels, built here
 # with tests/gpu/pack_for_gpu.sh) and writes logs to $OUT (default ./gpu-out).
-#   tests/gpu/run_on_gpu.sh [test] [test-mma] [check] [bench-dfa] [bench-dfa-quick]
+#   tests/gpu/run_on_gpu.sh [test] [test-mma] [test-cpasync] [check] [bench-cpasync-quick] [bench-dfa] [bench-dfa-quick]
 #                           [bench-mma] [bench-mma-quick] [bench-sdpa] [bench-sdpa-quick]
-# *-mma steps set DFA_CUDA_NO_WGMMA=1 (the sm_80 mma.sync kernels, for comparison on Hopper).
+# *-mma steps set DFA_CUDA_NO_WGMMA=1 (the sm_80 mma.sync kernels, for comparison on Hopper);
+# *-cpasync steps set DFA_CUDA_FWD_WS=0 (Hopper forward on the cp.async kernel, not the TMA one).
 set -uo pipefail
 G=${G:-.gpu-kernels}
 OUT=${OUT:-gpu-out}
@@ -20,6 +21,9 @@ for step in "$@"; do
       timeout 180 python3 tests/gpu/sdpa_check.py /tmp/dfa-cases 2>&1 | tee "$OUT/sdpa_check.log" ;;
     bench-dfa) timeout 300 "$G/dfa_kernel_bench" 2>&1 | tee "$OUT/bench_dfa.md" ;;
     bench-dfa-quick) timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_dfa.md" ;;
+    test-cpasync) DFA_CUDA_FWD_WS=0 timeout 120 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_cpasync.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
+    bench-cpasync-quick) DFA_CUDA_FWD_WS=0 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_cpasync.md" ;;
+    bench-nopp-quick) DFA_CUDA_FWD_PINGPONG=0 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_nopp.md" ;;
     test-mma) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_mma.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
     bench-mma) DFA_CUDA_NO_WGMMA=1 timeout 300 "$G/dfa_kernel_bench" 2>&1 | tee "$OUT/bench_mma.md" ;;
     bench-mma-quick) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_mma.md" ;;

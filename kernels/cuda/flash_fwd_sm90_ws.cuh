@@ -1,0 +1,392 @@
+// Hopper forward unit, warp-specialised (FlashAttention-3's recipe, sm_90a). Same contract and
+// epilogue as flash_fwd_sm90.cuh (FwdParams); chosen by the launchers of flash_fwd_*.cu.
+//
+// CTA = 3 warpgroups (384 threads), kBlockM = 128 query rows of one (batch, head):
+// - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24); one thread
+//   issues every load as a TMA bulk tensor copy (cp.async.bulk.tensor, 128B swizzle, which is the
+//   SW128 layout of sm90_common.cuh): Q once, then K and V key blocks (last to first, like the
+//   other kernels) into a ring of kStages shared stages. Each stage has a "full" mbarrier (armed
+//   with the byte count, completed by the copy engine) and an "empty" one (8 arrivals: lane 0 of
+//   every consumer warp, once its wgmma has read the stage).
+// - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240), own 64 query rows each and run the
+//   loop of flash_fwd_sm90.cuh: S(j) = Q K(j)^T issued together with O += P(j-1) V(j-1), softmax
+//   of S(j) (base 2, scale folded) while P V still runs. Ping-pong: two named barriers hand the
+//   "issue GEMMs" turn from one consumer to the other, so one warpgroup's softmax runs while the
+//   other's GEMMs keep the tensor cores busy (run-time flag `ping_pong`, on unless
+//   DFA_CUDA_FWD_PINGPONG=0, for measuring its effect).
+// Rows past m or n are zero-filled by the copy engine (out-of-bounds box elements), the mask
+// sets their scores to -inf exactly as in the other kernels.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/cuda/flash_params.h"
+#include "kernels/cuda/sm90_common.cuh"
+#include "kernels/cuda/sm90_dispatch.h"
+#include "kernels/cuda/sm90_tma.cuh"
+
+namespace dfa::cuda {
+
+// The TMA descriptors of one launch (kernel parameter, __grid_constant__).
+struct FwdTmaMaps {
+  CUtensorMap q, k, v;
+};
+
+template <int kD, int kBlockN, int kStages>
+struct FwdWsTraits {
+  static constexpr int kBlockM = 128;
+  static constexpr int kThreads = 384;
+  static constexpr int kQElems = kBlockM * kD;
+  static constexpr int kKVElems = kBlockN * kD;
+  static constexpr int kBarOffset = (kQElems + 2 * kStages * kKVElems) * 2;     // bytes
+  static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 4 * kStages) + 1024;  // + alignment
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+};
+
+// Named barriers: 0 is __syncthreads; 1, 2 the GEMM turn of consumer 0, 1; 3, 4 pin the
+// softmax of consumer 0, 1 before its P V wait (see flash_fwd_sm90.cuh).
+constexpr int kTurnBarrier = 1;
+constexpr int kPinBarrier = 3;
+
+template <typename T, int kD, int kBlockN, int kStages>
+__global__ void __launch_bounds__(384, 1)
+    FlashFwdSm90WsKernel(const __grid_constant__ FwdParams p,
+                         const __grid_constant__ FwdTmaMaps maps, const int ping_pong) {
+#ifdef DFA_WGMMA
+  using Tr = ElemTraits<T>;
+  using Cfg = FwdWsTraits<kD, kBlockN, kStages>;
+  constexpr int kBlockM = Cfg::kBlockM;
+  constexpr int kNS = kBlockN / 2;  // S accumulator floats per thread
+  constexpr int kNO = kD / 2;       // O accumulator floats per thread
+  constexpr int kPanels = kD / 64;
+  extern __shared__ __align__(1024) char smem_ws[];
+  char* base = smem_ws + ((1024 - (SmemAddr(smem_ws) & 1023)) & 1023);
+  T* s_q = reinterpret_cast<T*>(base);
+  T* s_k = s_q + Cfg::kQElems;             // kStages stages
+  T* s_v = s_k + kStages * Cfg::kKVElems;  // kStages stages
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(base + Cfg::kBarOffset);
+  uint64_t* k_full = q_full + 1;
+  uint64_t* k_empty = k_full + kStages;
+  uint64_t* v_full = k_empty + kStages;
+  uint64_t* v_empty = v_full + kStages;
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int mb = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // long rows first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.q_heads / p.kv_heads);
+  const int64_t m_begin = int64_t{mb} * kBlockM;
+  const int m_valid = static_cast<int>(Min64(kBlockM, p.m - m_begin));
+  int64_t n_end = p.n;
+  if (p.causal) n_end = Min64(n_end, p.q_row0 + m_begin + m_valid - 1 - p.kv_row0 + 1);
+  const int n_blocks = n_end > 0 ? static_cast<int>((n_end + kBlockN - 1) / kBlockN) : 0;
+
+  if (tid == 0) {
+    MbarInit(q_full, 1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(k_full + s, 1);
+      MbarInit(v_full + s, 1);
+      MbarInit(k_empty + s, 8);
+      MbarInit(v_empty + s, 8);
+    }
+    FenceMbarInit();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    SetMaxNRegDec<Cfg::kProducerRegs>();
+    if (warp == 0 && lane == 0 && n_blocks > 0) {
+      constexpr uint32_t kQBytes = Cfg::kQElems * 2, kKVBytes = Cfg::kKVElems * 2;
+      MbarArriveExpectTx(q_full, kQBytes);
+#pragma unroll
+      for (int pn = 0; pn < kPanels; ++pn)
+        TmaLoad4d(s_q + pn * kBlockM * 64, &maps.q, q_full, pn * 64, h, static_cast<int>(m_begin),
+                  b);
+      // Walk position `it` = key block n_blocks - 1 - it, in stage it % kStages.
+      auto load = [&](int it, T* s_tiles, uint64_t* full, uint64_t* empty, const CUtensorMap* m) {
+        const int s = it % kStages;
+        MbarWait(empty + s, ((it / kStages) & 1) ^ 1);
+        MbarArriveExpectTx(full + s, kKVBytes);
+        const int n0 = (n_blocks - 1 - it) * kBlockN;
+#pragma unroll
+        for (int pn = 0; pn < kPanels; ++pn)
+          TmaLoad4d(s_tiles + s * Cfg::kKVElems + pn * kBlockN * 64, m, full + s, pn * 64, hk, n0,
+                    b);
+      };
+      load(0, s_k, k_full, k_empty, &maps.k);
+      for (int it = 0; it < n_blocks; ++it) {
+        if (it + 1 < n_blocks) load(it + 1, s_k, k_full, k_empty, &maps.k);
+        load(it, s_v, v_full, v_empty, &maps.v);
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  SetMaxNRegInc<Cfg::kConsumerRegs>();
+  const int cw = wg - 1;  // consumer index 0 / 1
+  const int g = lane >> 2, t = lane & 3;
+  const int row_base = cw * 64 + warp * 16 + g;  // this thread's rows: row_base, row_base + 8
+  const float scale_log2 = p.scale * kLog2e;
+
+  float acc_o[kNO];
+#pragma unroll
+  for (int i = 0; i < kNO; ++i) acc_o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+  // Consumer 0 takes the first GEMM turn: consumer 1 hands it over before its own first wait.
+  if (ping_pong && cw == 1) NamedBarrierArrive(kTurnBarrier + 0, 256);
+
+  if (n_blocks > 0) {
+    float s[kNS], pr[kNS];  // scores, probabilities
+    uint32_t a[kBlockN / 16][4];
+    float corr[2] = {1.f, 1.f};
+    auto release = [&](uint64_t* bar) {
+      if (lane == 0) MbarArrive(bar);
+    };
+    auto issue_s = [&](int stage) {  // S = Q K^T for this warpgroup's 64 query rows
+      const T* s_ks = s_k + stage * Cfg::kKVElems;
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint64_t dq =
+            MakeSmemDesc(s_q + (kk >> 2) * kBlockM * 64 + cw * 64 * 64 + (kk & 3) * 16, 16, 1024);
+        const uint64_t dk = MakeSmemDesc(s_ks + (kk >> 2) * kBlockN * 64 + (kk & 3) * 16, 16, 1024);
+        WgmmaSS<T, kBlockN, 0, 0>::Run(s, dq, dk, kk > 0 ? 1 : 0);
+      }
+      WgmmaCommit();
+    };
+    auto issue_pv = [&](int stage) {  // O += P V: P from registers, V read MN-major
+      const T* s_vs = s_v + stage * Cfg::kKVElems;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t dv = MakeSmemDesc(s_vs + kk * 16 * 64, kBlockN * 64 * 2, 1024);
+        WgmmaRS<T, kD, 1>::Run(acc_o, a[kk], dv, 1);
+      }
+      WgmmaCommit();
+    };
+    // Mask and online softmax (base 2) of S(it) in place; sets corr, the factor for O.
+    auto softmax = [&](int it) {
+      const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
+      const bool need_mask =
+          n0 + kBlockN > p.n || (p.causal && p.kv_row0 + n0 + kBlockN - 1 > p.q_row0 + m_begin);
+      if (need_mask) {
+#pragma unroll
+        for (int i = 0; i < kNS; ++i) {
+          const int64_t col = n0 + (i >> 2) * 8 + 2 * t + (i & 1);
+          const int64_t row = m_begin + row_base + ((i >> 1) & 1) * 8;
+          if (col >= p.n || (p.causal && p.kv_row0 + col > p.q_row0 + row)) s[i] = -INFINITY;
+        }
+      }
+      // A row that has seen no key yet keeps max -inf and uses 0 as its reference.
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j)
+          mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
+        mx = fmaxf(QuadMax(mx) * scale_log2, row_max[hf]);
+        const float ref = mx == -INFINITY ? 0.f : mx;
+        corr[hf] = FastExp2(row_max[hf] - ref);
+        row_max[hf] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = FastExp2(s[4 * j + 2 * hf + e] * scale_log2 - ref);
+            pr[4 * j + 2 * hf + e] = pv;
+            sum += pv;
+          }
+        row_sum[hf] = row_sum[hf] * corr[hf] + sum;
+      }
+    };
+    auto rescale_o_and_pack_p = [&]() {
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        acc_o[4 * dt + 0] *= corr[0];
+        acc_o[4 * dt + 1] *= corr[0];
+        acc_o[4 * dt + 2] *= corr[1];
+        acc_o[4 * dt + 3] *= corr[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        a[kk][0] = Tr::Pack(pr[8 * kk + 0], pr[8 * kk + 1]);
+        a[kk][1] = Tr::Pack(pr[8 * kk + 2], pr[8 * kk + 3]);
+        a[kk][2] = Tr::Pack(pr[8 * kk + 4], pr[8 * kk + 5]);
+        a[kk][3] = Tr::Pack(pr[8 * kk + 6], pr[8 * kk + 7]);
+      }
+    };
+    const int my_turn = kTurnBarrier + cw, other_turn = kTurnBarrier + 1 - cw;
+
+    MbarWait(q_full, 0);
+    MbarWait(k_full, 0);
+    if (ping_pong) NamedBarrierSync(my_turn, 256);
+    WgmmaFence();
+    issue_s(0);
+    if (ping_pong) NamedBarrierArrive(other_turn, 256);
+    WgmmaWait<0>();
+    FenceRegs<kNS>(s);
+    release(k_empty);
+    softmax(0);
+    rescale_o_and_pack_p();
+    for (int it = 1; it < n_blocks; ++it) {
+      const int sk = it % kStages, sv = (it - 1) % kStages;
+      MbarWait(k_full + sk, (it / kStages) & 1);
+      MbarWait(v_full + sv, ((it - 1) / kStages) & 1);  // before the turn: no wait between GEMMs
+      FenceRegs<kNO>(acc_o);
+      FenceRegs<kBlockN / 4>(&a[0][0]);
+      if (ping_pong) NamedBarrierSync(my_turn, 256);
+      WgmmaFence();
+      issue_s(sk);
+      issue_pv(sv);
+      if (ping_pong) NamedBarrierArrive(other_turn, 256);
+      WgmmaWait<1>();  // S done, P V may still run
+      FenceRegs<kNS>(s);
+      release(k_empty + sk);
+      softmax(it);
+      FenceRegs<kNS>(pr);
+      FenceRegs<2>(row_sum);
+      NamedBarrierSync(kPinBarrier + cw, 128);  // keeps ptxas from hoisting the wait
+      WgmmaWait<0>();
+      FenceRegs<kNO>(acc_o);
+      FenceRegs<kBlockN / 4>(&a[0][0]);
+      release(v_empty + sv);
+      rescale_o_and_pack_p();
+    }
+    const int sv = (n_blocks - 1) % kStages;
+    MbarWait(v_full + sv, ((n_blocks - 1) / kStages) & 1);
+    FenceRegs<kNO>(acc_o);
+    FenceRegs<kBlockN / 4>(&a[0][0]);
+    WgmmaFence();
+    issue_pv(sv);
+    WgmmaWait<0>();
+    FenceRegs<kNO>(acc_o);
+    FenceRegs<kBlockN / 4>(&a[0][0]);
+  }
+  // Balances consumer 1's first hand-over (consumer 0 waits once more than it is handed).
+  if (ping_pong && cw == 0) NamedBarrierSync(kTurnBarrier + 0, 256);
+
+    // Epilogue: O = acc / l, LSE = max + log(l); empty rows get O = 0, LSE = -inf.
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const float l = QuadSum(row_sum[hf]);
+    const int r = row_base + hf * 8;
+    if (r >= m_valid) continue;
+    const int64_t row = m_begin + r;
+    float lse_b = l > 0.f ? row_max[hf] * kLn2 + logf(l) : -INFINITY;
+    float wa = 0.f, wb = l > 0.f ? 1.f / l : 0.f;
+    float* lse_ptr = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + row;
+    if (p.accumulate) {
+      const float lse_a = *lse_ptr;
+      const float mx = fmaxf(lse_a, lse_b);
+      if (mx == -INFINITY) {
+        lse_b = -INFINITY;
+        wb = 0.f;
+      } else {
+        const float ea = __expf(lse_a - mx), eb = __expf(lse_b - mx);
+        const float inv = 1.f / (ea + eb);
+        wa = ea * inv;
+        wb *= eb * inv;
+        lse_b = mx + logf(ea + eb);
+      }
+    }
+    if (t == 0) *lse_ptr = lse_b;
+    const int64_t o_off = b * p.o_batch_stride + row * p.o_row_stride + int64_t{h} * kD + 2 * t;
+    if (p.out_f32) {
+      float* o = static_cast<float*>(p.out) + o_off;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        float2 v = make_float2(acc_o[4 * dt + 2 * hf] * wb, acc_o[4 * dt + 2 * hf + 1] * wb);
+        if (p.accumulate) {
+          const float2 old = *reinterpret_cast<const float2*>(o + dt * 8);
+          v.x += old.x * wa;
+          v.y += old.y * wa;
+        }
+        *reinterpret_cast<float2*>(o + dt * 8) = v;
+      }
+    } else {
+      T* o = static_cast<T*>(p.out) + o_off;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        *reinterpret_cast<uint32_t*>(o + dt * 8) =
+            Tr::Pack(acc_o[4 * dt + 2 * hf] * wb, acc_o[4 * dt + 2 * hf + 1] * wb);
+      }
+    }
+  }
+#else
+  __trap();  // only the sm_90a build carries this kernel; the launcher never picks it elsewhere
+#endif
+}
+
+// cuTensorMapEncodeTiled from the driver, looked up once through the runtime (no -lcuda);
+// nullptr when the driver does not have it.
+inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// Describes rows x heads x kD (2-byte elements, heads kD apart inside a row) of a [batch, rows,
+// heads, kD] tensor as the 4-D tensor {kD, heads, rows, batch}; boxes are 64 x 1 x box_rows x 1
+// with 128-byte swizzle (one SW128 panel). False when the driver rejects it.
+template <typename T>
+bool EncodeRowTensorMap(CUtensorMap* map, const void* ptr, int d, int heads, int64_t rows,
+                        int batch, int64_t row_stride, int64_t batch_stride, int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
+  if (encode == nullptr || rows <= 0) return false;
+  const CUtensorMapDataType dt = std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const int64_t bstride = batch > 1 ? batch_stride : rows * row_stride;  // unused when batch 1
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(d) * 2,
+                                 static_cast<cuuint64_t>(row_stride) * 2,
+                                 static_cast<cuuint64_t>(bstride) * 2};
+  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  return encode(map, dt, 4, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Queues the warp-specialised forward. Returns cudaErrorNotSupported, with nothing queued, when
+// the tensors cannot be described by TMA descriptors (the caller then runs another kernel).
+template <typename T, int kD, int kBlockN, int kStages>
+cudaError_t LaunchFwdSm90Ws(const FwdParams& p, cudaStream_t stream) {
+  using Cfg = FwdWsTraits<kD, kBlockN, kStages>;
+  FwdTmaMaps maps;
+  if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 ||
+      !EncodeRowTensorMap<T>(&maps.q, p.q, kD, p.q_heads, p.m, p.batch, p.q_row_stride,
+                             p.q_batch_stride, Cfg::kBlockM) ||
+      !EncodeRowTensorMap<T>(&maps.k, p.k, kD, p.kv_heads, p.n, p.batch, p.k_row_stride,
+                             p.k_batch_stride, kBlockN) ||
+      !EncodeRowTensorMap<T>(&maps.v, p.v, kD, p.kv_heads, p.n, p.batch, p.v_row_stride,
+                             p.v_batch_stride, kBlockN)) {
+    return cudaErrorNotSupported;
+  }
+  auto kernel = FlashFwdSm90WsKernel<T, kD, kBlockN, kStages>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>((p.m + Cfg::kBlockM - 1) / Cfg::kBlockM), p.q_heads,
+                  p.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, maps, UseSm90FwdPingPong() ? 1 : 0);
+  return cudaGetLastError();
+}
+
+}  // namespace dfa::cuda
