@@ -7,3 +7,6 @@ NCCL_LIB=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/d
 export LD_LIBRARY_PATH=$DFA_GPU_DIR/lib:$NCCL_LIB:${LD_LIBRARY_PATH:-}
 export UCX_MODULE_DIR=$DFA_GPU_DIR/lib/ucx
 export PYTHONUNBUFFERED=1
+# cuDNN 9 from PyTorch's environment, for workers started with --backend=cudnn (loaded at run time).
+CUDNN_LIB=$(python3 -c 'import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+[ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH=$CUDNN_LIB:$LD_LIBRARY_PATH

@@ -10,6 +10,7 @@
 # Environment: OUT (results, default ./gpu-out), SEQS (default "16384 32768 131072 262144"),
 #   SCHEDULES ("ring distflash balanced"), MASKS ("causal full"), GPUS (all), REPEAT (2),
 #   VERIFY_SEQ (4096), STEP_TIMEOUT (seconds per dfa command, 240),
+#   BACKEND (worker backend: cuda = our kernels, cudnn; default cuda),
 #   CONFIGS (lines "GPUS SCHEDULE causal|full SEQ" replacing the default grid).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -65,7 +66,7 @@ for ((g = 0; g < ngpu; g++)); do
   wm=$(port)
   # One GPU per worker: the worker sees it as device 0; NCCL finds the NVLink path by bus id.
   CUDA_VISIBLE_DEVICES=$g "$bin/dfa-worker" --listen="127.0.0.1:$wp" --advertise="127.0.0.1:$wp" \
-    --coordinator="$coordinator" --worker_id="gpu-$g" --backend=cuda --metrics_port="$wm" \
+    --coordinator="$coordinator" --worker_id="gpu-$g" --backend="${BACKEND:-cuda}" --metrics_port="$wm" \
     ${DFA_WORKER_FLAGS:-} >"$run_dir/worker-$g.log" 2>&1 &
   pids+=($!)
   wait_http "http://127.0.0.1:$wm/metrics" 60 || exit 1

@@ -16,5 +16,5 @@ echo "== service"
 timeout "${SERVICE_TIMEOUT:-330}" tests/multigpu/run_gpu_service.sh 2>&1 | tail -60
 echo "== pytorch context parallelism (2 GPUs)"
 timeout "${TORCH_TIMEOUT:-200}" torchrun --standalone --nproc_per_node=2 tests/multigpu/torch_cp_bench.py \
-  --seq "${TORCH_SEQS:-16384,32768,131072,262144}" --masks causal,full --backends cudnn,flash \
+  --seq "${TORCH_SEQS:-16384,32768,131072,262144}" --masks "${TORCH_MASKS:-causal,full}" --backends cudnn,flash \
   --out "$OUT/torch_cp.jsonl" 2>&1 | grep -E 'torch_cp|FAILED|longest|Error' | tee "$OUT/torch_cp.log"
