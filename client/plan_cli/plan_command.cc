@@ -20,7 +20,8 @@ constexpr char kUsage[] =
     "usage: dfa plan --workers P --seq S [--heads H --kv-heads HK --head-dim D --batch B\n"
     "                [--dtype bf16|f16|f32]] [--causal|--full] [--speeds a,b,...]\n"
     "                --schedule ring|distflash|zigzag|balanced [--json] [--steps|--no-steps]\n"
-    "                [--tflops F] [--bandwidth-gbps G (0: free)] [--latency-us L]\n";
+    "                [--tflops F] [--bandwidth-gbps G (0: free)] [--latency-us L]\n"
+    "                [--op-overhead-us U (per compute op; default 0)]\n";
 
 struct Args {
   PlanRequest request;
@@ -54,10 +55,11 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
   a.request.workers = 0;
   bool have_workers = false, have_seq = false, have_kv = false;
   int64_t heads = 32, kv_heads = 32, head_dim = 128, batch = 1;
-  double tflops = 400, gbps = 300, latency_us = 20;
+  double tflops = 400, gbps = 300, latency_us = 20, overhead_us = 0;
   const std::vector<std::string> value_flags = {
       "--workers", "--seq", "--heads", "--kv-heads", "--head-dim", "--batch", "--dtype",
-      "--speeds", "--schedule", "--tflops", "--bandwidth-gbps", "--latency-us"};
+      "--speeds", "--schedule", "--tflops", "--bandwidth-gbps", "--latency-us",
+      "--op-overhead-us"};
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i], value;
     const size_t eq = flag.find('=');
@@ -112,6 +114,8 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
       RETURN_IF_ERROR(ParseDouble(flag, value, &gbps));
     } else if (flag == "--latency-us") {
       RETURN_IF_ERROR(ParseDouble(flag, value, &latency_us));
+    } else if (flag == "--op-overhead-us") {
+      RETURN_IF_ERROR(ParseDouble(flag, value, &overhead_us));
     } else if (flag == "--causal") {
       a.request.causal = true;
     } else if (flag == "--full") {
@@ -148,6 +152,7 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
   a.cost.flops_per_second = tflops * 1e12;
   a.cost.bandwidth_bytes_per_second = gbps * 1e9;
   a.cost.latency_seconds = latency_us * 1e-6;
+  a.cost.op_overhead_seconds = overhead_us * 1e-6;
   return a;
 }
 

@@ -3,6 +3,7 @@
 //   dfa plan --workers P --seq S [--heads H --kv-heads HK --head-dim D --batch B --dtype bf16]
 //            [--causal|--full] [--speeds a,b,...] --schedule ring|distflash|zigzag|balanced
 //            [--json] [--steps|--no-steps] [--tflops F --bandwidth-gbps G --latency-us L]
+//            [--op-overhead-us U]
 //
 // argv[0] is the subcommand name ("plan"); the rest are its flags (--name value or
 // --name=value). Output goes to stdout, errors to stderr. Returns 0 on success, 2 for bad input

@@ -11,9 +11,11 @@
 //     step t+1's K/V transfers overlap step t's compute.
 // Its weak spot is communication at large P: the owner of the first (largest) shard sends it to
 // every other worker over one link. So "balanced" is a cost-model search over this plan, zigzag
-// and the striped ring (striped_ring_schedule.cc) at several piece sizes, returning the one with
-// the smallest forward + backward makespan for an H200-like worker (32 heads of 128, bf16,
-// 400 TFLOP/s, 300 GB/s, 20 us) at the given speeds.
+// and the striped ring (striped_ring_schedule.cc) at several piece sizes (its backward also with
+// its transfers spread by BalanceTransfers) and the 2-D tiled plans, ranked by the cost model for
+// an H200-like worker (32 heads of 128, bf16, 400 TFLOP/s, 300 GB/s, 20 us) at the given speeds:
+// the cheapest with kSearchOpOverheadSeconds per op among those whose balance (worse pass,
+// no overhead) is within kBalanceTarget, else the best balanced (see Better below).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -141,19 +143,47 @@ Plan MakeSpeedProportionalPlan(const PlanRequest& r) {
 
 namespace {
 
-// The search's objective for an H200-like worker: the worse of the forward and backward
-// makespan/ideal ratios (each pass must be balanced on its own; a forward that is 7% off is not
-// made up for by a backward that is 1% better), plus a small weight on the total seconds to
-// break near-ties.
-double Seconds(Plan plan, const CostParams& params) {
-  planner_internal::EqualizeSteps(plan);
-  DeriveBackwardSteps(plan);
-  absl::StatusOr<PlanCost> c = EstimateCost(plan, params);
-  if (!c.ok()) return std::numeric_limits<double>::infinity();
-  const double total = c->forward.makespan_seconds + c->backward.makespan_seconds;
-  const double ideal = c->forward.ideal_seconds + c->backward.ideal_seconds;
-  return std::max(c->forward.makespan_ratio, c->backward.makespan_ratio) +
+// How the search ranks candidates. Each is costed twice with H200-like figures (32 heads of 128,
+// bf16, 400 TFLOP/s, 300 GB/s, 20 us per message): without per-op overhead (its balance: the
+// worse of the forward and backward makespan/ideal ratios, each pass must be balanced on its
+// own) and with kSearchOpOverheadSeconds per compute op (what a GPU pays per kernel launch).
+// Among the candidates whose balance is within kBalanceTarget, the one with the smallest cost
+// with overhead wins (fewer, larger ops when they cost no balance); when none is, the best
+// balanced one. Each cost adds 0.25 x total time / total ideal to break near-ties.
+struct Score {
+  double balance = std::numeric_limits<double>::infinity();  // worse pass ratio, no overhead
+  double balance_cost = std::numeric_limits<double>::infinity();
+  double overhead_cost = std::numeric_limits<double>::infinity();
+};
+
+double Objective(const PlanCost& c) {
+  const double total = c.forward.makespan_seconds + c.backward.makespan_seconds;
+  const double ideal = c.forward.ideal_seconds + c.backward.ideal_seconds;
+  return std::max(c.forward.makespan_ratio, c.backward.makespan_ratio) +
          (ideal > 0 ? 0.25 * total / ideal : 0);
+}
+
+Score Evaluate(Plan plan, CostParams params) {
+  planner_internal::EqualizeSteps(plan);
+  if (!HasBackwardSteps(plan)) DeriveBackwardSteps(plan);
+  Score score;
+  params.op_overhead_seconds = 0;
+  absl::StatusOr<PlanCost> c = EstimateCost(plan, params);
+  if (!c.ok()) return score;
+  score.balance = std::max(c->forward.makespan_ratio, c->backward.makespan_ratio);
+  score.balance_cost = Objective(*c);
+  params.op_overhead_seconds = kSearchOpOverheadSeconds;
+  c = EstimateCost(plan, params);
+  if (c.ok()) score.overhead_cost = Objective(*c);
+  return score;
+}
+
+// Whether `a` is a better pick than `b` (see above).
+bool Better(const Score& a, const Score& b) {
+  const bool fa = a.balance <= kBalanceTarget, fb = b.balance <= kBalanceTarget;
+  if (fa != fb) return fa;
+  if (fa) return a.overhead_cost < b.overhead_cost * (1 - 1e-9);
+  return a.balance_cost < b.balance_cost * (1 - 1e-9);
 }
 
 }  // namespace
@@ -166,15 +196,18 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   params.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
   params.speeds = speeds;
   Plan best = MakeSpeedProportionalPlan(r);
-  double best_seconds = Seconds(best, params);
+  Score best_score = Evaluate(best, params);
+  auto consider = [&](Plan candidate) {
+    const Score score = Evaluate(candidate, params);
+    if (Better(score, best_score)) {
+      best = std::move(candidate);
+      best_score = score;
+    }
+  };
   if (P >= 2 && r.seq_len >= 2 * int64_t{P}) {
     Plan zigzag = MakeZigzagPlan(r);
     zigzag.schedule = "balanced";
-    const double seconds = Seconds(zigzag, params);
-    if (seconds < best_seconds * (1 - 1e-9)) {
-      best = std::move(zigzag);
-      best_seconds = seconds;
-    }
+    consider(std::move(zigzag));
   }
   const double slowest = *std::min_element(speeds.begin(), speeds.end());
   // Striped rings with pieces of about 1/g of the slowest worker's pairs, g = 1..8.
@@ -187,12 +220,19 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     }
     // Every piece needs a row in each half; keep plans (and their step counts) modest.
     if (2 * total > r.seq_len || total > 16 * int64_t{P} + 64) break;
-    Plan candidate = MakeStripedRingPlan(r, pieces);
-    const double seconds = Seconds(candidate, params);
-    if (seconds < best_seconds * (1 - 1e-9)) {
-      best = std::move(candidate);
-      best_seconds = seconds;
+    Plan striped = MakeStripedRingPlan(r, pieces);
+    planner_internal::EqualizeSteps(striped);
+    DeriveBackwardSteps(striped);
+    // With unequal piece counts several workers may return dK/dV partials to one owner in the
+    // same step: the same plan with the backward's transfers spread over 1 or 2 steps too.
+    if (P >= 3) {
+      for (int window : {1, 2}) {
+        Plan spread = striped;
+        planner_internal::BalanceTransfers(spread, params, window, /*forward=*/false);
+        consider(std::move(spread));
+      }
     }
+    consider(std::move(striped));
   }
   // 2-D tiles (tiled_schedule.cc): less data per worker; pays off at large P with fast workers.
   if (P >= 16) {
@@ -204,15 +244,7 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
           TiledOptions{4, 0.3, 3, 1024, 32, 4, 8, true, 2},
           TiledOptions{4, 0.0, 3, 1024, 32, 4, 8, true, 2},
           TiledOptions{3, 0.0, 3, 1024, 32, 4, 8, true, 2}}) {
-      {
-        if (!TiledPlanApplies(r, options)) continue;
-        Plan candidate = MakeTiledPlan(r, options);
-        const double seconds = Seconds(candidate, params);
-        if (seconds < best_seconds * (1 - 1e-9)) {
-          best = std::move(candidate);
-          best_seconds = seconds;
-        }
-      }
+      if (TiledPlanApplies(r, options)) consider(MakeTiledPlan(r, options));
     }
   }
   return best;

@@ -38,8 +38,9 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
             c.q_rows.begin, c.q_rows.size(), c.kv_rows.begin, c.kv_rows.size(), plan.mask()));
         const double seconds = pairs * flops_per_pair / p.flops_per_second;
         total_compute += seconds;
-        compute[w][t] += seconds / speeds[w];
+        compute[w][t] += seconds / speeds[w] + p.op_overhead_seconds;
         cost.workers[w].work_units += pairs / unit;
+        ++cost.workers[w].compute_ops;
       }
       busy += compute[w][t];
     }
@@ -147,6 +148,9 @@ absl::StatusOr<PlanCost> EstimateCost(const Plan& plan, const CostParams& params
   }
   if (params.bandwidth_bytes_per_second < 0 || params.latency_seconds < 0) {
     return absl::InvalidArgumentError("bandwidth and latency must be >= 0");
+  }
+  if (!(params.op_overhead_seconds >= 0) || !std::isfinite(params.op_overhead_seconds)) {
+    return absl::InvalidArgumentError("op_overhead_seconds must be >= 0 and finite");
   }
   PlanCost cost;
   cost.forward = EstimatePass(plan, params, speeds, true);

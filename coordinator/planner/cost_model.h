@@ -1,7 +1,9 @@
 // The cost model: how long a plan takes, who idles, and what moves, without running it.
 //
 // Compute: a unit costs its visible (query, key) pairs x 4·B·Hq·D FLOPs (backward: x2.5, as
-// ANCHORS.md counts) at `flops_per_second` x the worker's relative speed.
+// ANCHORS.md counts) at `flops_per_second` x the worker's relative speed, plus
+// `op_overhead_seconds` per compute op (kernel launch, prologue, accumulate pass: what a real GPU
+// pays per unit whatever its size; not scaled by speed, and not part of the ideal).
 // Communication: a message costs latency + bytes / bandwidth; each worker has one outgoing and
 // one incoming link, each carrying one message at a time. A message starts when both sides
 // have posted it.
@@ -31,6 +33,10 @@ struct CostParams {
   double flops_per_second = 400e12;    // one worker at speed 1
   double bandwidth_bytes_per_second = 300e9;  // per link and direction; 0: free communication
   double latency_seconds = 20e-6;      // per message
+  // Fixed cost of one compute op. 0 (the default) measures a plan's balance alone; the balanced
+  // search charges kSearchOpOverheadSeconds (planner.h) so that it does not cut work into many
+  // small pieces for a hair of balance (docs/planner.md, "Per-op overhead").
+  double op_overhead_seconds = 0;
 };
 
 struct WorkerCost {
@@ -38,6 +44,7 @@ struct WorkerCost {
   double idle_seconds = 0;   // waiting for messages before a step, until its last step ends
   double end_seconds = 0;    // when its last step ends
   double work_units = 0;     // visible pairs / (S/P)^2: a full unit of contiguous ring shards
+  int compute_ops = 0;       // compute ops (kernel launches) in the pass
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   std::vector<double> step_busy_seconds;
@@ -59,7 +66,7 @@ struct PlanCost {
 };
 
 // INVALID_ARGUMENT for speeds of the wrong count or not positive, non-positive flops, negative
-// bandwidth or latency. The plan is assumed to pass CheckPlan.
+// bandwidth, latency or op overhead. The plan is assumed to pass CheckPlan.
 absl::StatusOr<PlanCost> EstimateCost(const Plan& plan, const CostParams& params);
 
 }  // namespace dfa

@@ -19,15 +19,15 @@ std::string PassTable(const char* name, const PassCost& c, const std::vector<int
       "%s: %d steps, makespan %.4g s, ideal %.4g s, makespan/ideal %.4f (compute only %.4f)\n",
       name, c.steps, c.makespan_seconds, c.ideal_seconds, c.makespan_ratio,
       c.compute_makespan_ratio);
-  absl::StrAppend(&out, absl::StrFormat("  %6s %10s %10s %8s %8s %14s %14s %12s\n", "worker",
-                                        "busy_s", "idle_s", "units", "idle%", "bytes_sent",
-                                        "bytes_recv", "peak_buf"));
+  absl::StrAppend(&out, absl::StrFormat("  %6s %10s %10s %8s %6s %8s %14s %14s %12s\n",
+                                        "worker", "busy_s", "idle_s", "units", "ops", "idle%",
+                                        "bytes_sent", "bytes_recv", "peak_buf"));
   for (size_t w = 0; w < c.workers.size(); ++w) {
     const WorkerCost& wc = c.workers[w];
     const double total = wc.busy_seconds + wc.idle_seconds;
-    absl::StrAppend(&out, absl::StrFormat("  %6d %10.4g %10.4g %8.3f %7.2f%% %14d %14d %12d\n",
+    absl::StrAppend(&out, absl::StrFormat("  %6d %10.4g %10.4g %8.3f %6d %7.2f%% %14d %14d %12d\n",
                                           static_cast<int>(w), wc.busy_seconds, wc.idle_seconds,
-                                          wc.work_units,
+                                          wc.work_units, wc.compute_ops,
                                           total > 0 ? 100 * wc.idle_seconds / total : 0.0,
                                           wc.bytes_sent, wc.bytes_received,
                                           w < peak.size() ? peak[w] : 0));
@@ -41,8 +41,9 @@ std::string PassJson(const PassCost& c, const std::vector<int64_t>& peak) {
     const WorkerCost& wc = c.workers[w];
     ws.push_back(absl::StrFormat(
         "{\"worker\":%d,\"busy_seconds\":%.9g,\"idle_seconds\":%.9g,\"busy_units\":%.6g,"
-        "\"bytes_sent\":%d,\"bytes_received\":%d,\"peak_buffer_bytes\":%d}",
-        static_cast<int>(w), wc.busy_seconds, wc.idle_seconds, wc.work_units, wc.bytes_sent,
+        "\"compute_ops\":%d,\"bytes_sent\":%d,\"bytes_received\":%d,\"peak_buffer_bytes\":%d}",
+        static_cast<int>(w), wc.busy_seconds, wc.idle_seconds, wc.work_units, wc.compute_ops,
+        wc.bytes_sent,
         wc.bytes_received, w < peak.size() ? peak[w] : 0));
   }
   return absl::StrFormat(

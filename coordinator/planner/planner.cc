@@ -120,8 +120,15 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
   if (request.schedule == "zigzag") plan = MakeZigzagPlan(request);
   if (request.schedule == "balanced") plan = MakeBalancedPlan(request);
   planner_internal::EqualizeSteps(plan);
-  DeriveBackwardSteps(plan);
+  if (!HasBackwardSteps(plan)) DeriveBackwardSteps(plan);
   return plan;
+}
+
+bool HasBackwardSteps(const Plan& plan) {
+  for (const WorkerPlan& w : plan.workers) {
+    if (!w.backward.empty()) return true;
+  }
+  return false;
 }
 
 void DeriveBackwardSteps(Plan& plan) {

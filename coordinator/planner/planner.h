@@ -4,7 +4,8 @@
 //   distflash the DistFlashAttn paper's Algorithm 2 (even P only): P/2+1 forward steps;
 //             helpers compute later workers' queries against their own K/V and return partials.
 //   zigzag    worker i owns chunks i and 2P-1-i of 2P; K/V pairs travel around the ring.
-//   balanced  ours, a cost-model search (forward + backward makespan, H200-like figures) over:
+//   balanced  ours, a cost-model search (H200-like figures; balance first, then per-op cost:
+//             kBalanceTarget, kSearchOpOverheadSeconds below) over:
 //             the striped ring (mirrored front/back ranges sized by speed, so any speeds are
 //             balanced exactly; equal-size K/V pieces travel the ring, several piece sizes
 //             tried), zigzag, contiguous speed-proportional shards with K/V sent straight
@@ -21,6 +22,13 @@
 #include "kernels/status.h"
 
 namespace dfa {
+
+// The balanced search's per-compute-op overhead (kernel launch and fixed per-unit costs of a
+// GPU; docs/scale.md measured small units 15-38% slower) and its balance target: among the
+// candidates whose worse-pass makespan/ideal ratio without overhead is within kBalanceTarget,
+// it picks the cheapest with kSearchOpOverheadSeconds per op (docs/planner.md).
+inline constexpr double kSearchOpOverheadSeconds = 10e-6;
+inline constexpr double kBalanceTarget = 1.02;
 
 struct PlanRequest {
   std::string schedule = "balanced";
@@ -41,8 +49,9 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request);
 Plan MakeRingPlan(const PlanRequest& request);
 Plan MakeDistFlashPlan(const PlanRequest& request);
 Plan MakeZigzagPlan(const PlanRequest& request);
-// "balanced": the best (cost-model forward + backward makespan, H200-like figures) of the
-// striped ring at several piece counts, zigzag and MakeSpeedProportionalPlan.
+// "balanced": the best (see kBalanceTarget) of the striped ring at several piece counts (and
+// with its backward's transfers spread), zigzag, MakeSpeedProportionalPlan and (P >= 16) tiled
+// plans. Returns a plan with its backward steps when it tuned them (else MakePlan derives them).
 Plan MakeBalancedPlan(const PlanRequest& request);
 Plan MakeSpeedProportionalPlan(const PlanRequest& request);
 // The striped ring (striped_ring_schedule.cc): worker w owns a front row range and its mirror
@@ -63,6 +72,12 @@ struct TiledOptions {
   int tail_steps = 16;   // fine steps of the last phase (own queries x one K piece each)
   bool peers_first = false;  // head peers' queries (x own K/V) before the K pieces stream in
   int balance_window = 0;    // > 0: BalanceTransfers over this many steps (forward; plan_builder.h)
+  // > 0: column-major mode. All own queries stream against the first K pieces (each piece's
+  // dK/dV partial leaves right after its step, spread over the pass instead of piling into the
+  // tail); only the last `late_pieces` pieces are kept for the end: every peer's queries
+  // against them (one peer per step: its partial output / dQ leaves during the next), then the
+  // own queries against one of them per step. head_fraction is ignored (all own rows lead).
+  int late_pieces = 0;
 };
 // Whether MakeTiledPlan supports the request (seq_len >= 8 * workers, sane options).
 bool TiledPlanApplies(const PlanRequest& request, const TiledOptions& options);
@@ -70,6 +85,9 @@ Plan MakeTiledPlan(const PlanRequest& request, const TiledOptions& options);
 
 // Fills every worker's backward steps from its forward steps (see above).
 void DeriveBackwardSteps(Plan& plan);
+// Whether any worker has backward steps (MakePlan derives them only for plans without: a
+// schedule may tune its backward's transfers after deriving it).
+bool HasBackwardSteps(const Plan& plan);
 
 // Token boundary of chunk `i` of `n` equal chunks of [0, seq_len): floor(i * seq_len / n).
 int64_t ChunkBoundary(int64_t seq_len, int64_t n, int64_t i);

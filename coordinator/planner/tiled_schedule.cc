@@ -137,7 +137,15 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
     const int g0 = static_cast<int>(int64_t{g} * P / G), g1 = static_cast<int>(int64_t{g + 1} * P / G);
     double sigma = 0;
     for (int w = g0; w < g1; ++w) sigma += speeds[w];
-    for (int w = g0; w < g1; ++w) tail = std::max(tail, (1 - o.head_fraction) * speeds[w] / sigma);
+    for (int w = g0; w < g1; ++w) {
+      // Column-major mode: the tail is the own queries against the late pieces, about
+      // late_pieces * max_piece_pairs of the worker's key share.
+      const double share = F * speeds[w] / sigma;
+      const double frac = o.late_pieces > 0
+                              ? std::min(1.0, o.late_pieces * double(o.max_piece_pairs) / share)
+                              : 1 - o.head_fraction;
+      tail = std::max(tail, frac * speeds[w] / sigma);
+    }
   }
   tail = std::min(0.5, tail * 1.05);
   std::vector<double> bounds = {0};
@@ -183,7 +191,12 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
       }
       // Query pieces: own head part, own rest, then the peers in rotation order.
       const PairRange own{oc[w], oc[w + 1]};
-      const int64_t head_pairs = std::llround(own.size() * o.head_fraction);
+      const int64_t head_pairs =
+          o.late_pieces > 0 ? own.size() : std::llround(own.size() * o.head_fraction);
+      // Column-major mode: the last late_pieces K pieces wait for the end (see TiledOptions).
+      const int n_late = std::clamp<int>(o.late_pieces, 0, static_cast<int>(cols.size()));
+      std::vector<Piece> late(cols.end() - n_late, cols.end());
+      cols.resize(cols.size() - n_late);
       const Piece own_all{w, rows_of(own)};
       const Piece own_head{w, rows_of({own.begin, own.begin + head_pairs})};
       const Piece own_rest{w, rows_of({own.begin + head_pairs, own.end})};
@@ -229,6 +242,10 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
         for (const Piece* c : cols_in) cell(peers[k], *c);
       }
       for (const Piece& c : cols) cell(own_rest, c);
+      for (const Piece& p : peers) {
+        for (const Piece& c : late) cell(p, c);
+      }
+      for (const Piece& c : late) cell(own_all, c);
       // Steps: 0 = the local ops; the rest cut into steps of equal work (query rows split).
       double local = 0, rest = 0;
       for (size_t k = 0; k < ops.size(); ++k) {
@@ -279,6 +296,7 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
           AddForwardTransfer(plan, last + 1, w, q.owner, PlanTensor::kOutPartial, rr);
         }
       }
+      cols.insert(cols.end(), late.begin(), late.end());
       for (const Piece& c : cols) {
         for (const RowRange& rr : c.rows) {
           const int first = first_last(rr, false).first;

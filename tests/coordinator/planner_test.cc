@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "coordinator/planner/cost_model.h"
@@ -71,30 +72,30 @@ TEST(PlannerTest, BalancedHandlesUnequalSpeeds) {
       if (P >= 3) {
         EXPECT_GT(EstimateCost(*zz, ComputeOnly(speeds))->forward.makespan_ratio, 1.2) << P;
       }
-      // "balanced" picks the best candidate with communication (default H200-like figures),
-      // forward plus backward.
+      // "balanced" picks among its candidates with communication (default H200-like figures):
+      // its worse-pass ratio is within the target, or no worse than these two candidates'.
       absl::StatusOr<Plan> plan = MakePlan(req);
       ASSERT_TRUE(plan.ok());
       ASSERT_TRUE(CheckPlan(*plan).ok());
       CostParams real;
       real.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
       real.speeds = speeds;
-      auto seconds = [&](const Plan& p) {
+      auto ratio = [&](const Plan& p) {
         absl::StatusOr<PlanCost> c = EstimateCost(p, real);
-        return c->forward.makespan_seconds + c->backward.makespan_seconds;
+        return std::max(c->forward.makespan_ratio, c->backward.makespan_ratio);
       };
-      const double got = seconds(*plan);
-      EXPECT_LE(got, seconds(sp) * (1 + 1e-9)) << P;
-      EXPECT_LE(got, seconds(*zz) * (1 + 1e-9)) << P;
+      const double got = ratio(*plan);
+      EXPECT_LE(got, std::max(kBalanceTarget, ratio(sp) * (1 + 1e-9))) << P;
+      EXPECT_LE(got, std::max(kBalanceTarget, ratio(*zz) * (1 + 1e-9))) << P;
     }
   }
 }
 
 // The issue's goal, with communication: H200-like figures (the defaults of `dfa plan`: 400 TFLOP/s,
-// 300 GB/s per link and direction, 20 us per message; 32 heads of 128, bf16) at 256K tokens.
-// Equal speeds: every P up to 64. Unequal speeds (1,2,1,2,... and random in [0.5, 2]): up to
-// P = 24 (P = 32: 1.005 / 1.013-1.027); beyond, causal attention is bandwidth bound for any plan that sends every worker all the
-// K/V it needs (docs/planner.md: the K/V a worker receives take as long as its compute).
+// 300 GB/s per link and direction, 20 us per message; 32 heads of 128, bf16) at 256K tokens,
+// no per-op overhead (the plan's balance). Speed patterns as in `dfa-plan-sweep` (docs/planner.md
+// has the whole P = 1..64 table): 0 equal, 1 alternating 1,2, 2 random in [0.5, 2) (an LCG),
+// 3 cycling 1,2,3,4, 4 one straggler at 0.5.
 std::vector<double> SpeedSet(int kind, int P) {
   std::vector<double> s;
   uint32_t x = 12345u + static_cast<uint32_t>(P);
@@ -105,58 +106,152 @@ std::vector<double> SpeedSet(int kind, int P) {
       x = x * 1664525u + 1013904223u;
       s.push_back(0.5 + 1.5 * (x >> 8) / double(1 << 24));
     }
+    if (kind == 3) s.push_back(1.0 + w % 4);
+    if (kind == 4) s.push_back(w == P / 2 ? 0.5 : 1.0);
   }
   return s;
 }
 
-TEST(PlannerTest, BalancedIsWithinTwoPercentWithCommunication) {
+CostParams H200Like(const std::vector<double>& speeds) {
   CostParams real;
   real.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
-  for (int kind : {0, 1, 2}) {
-    for (int P : {1, 2, 3, 4, 5, 6, 7, 8, 11, 16, 23, 24, 32, 64}) {
-      if (kind > 0 && P > 24) continue;  // larger P: next test
-      for (bool causal : {true, false}) {
-        real.speeds = SpeedSet(kind, P);
+  real.speeds = speeds;
+  return real;
+}
+
+// A representative set of where the 2% bound holds (docs/planner.md, sweep table): every
+// pattern up to P = 16, equal speeds and the straggler up to 64, full attention with speeds 1,2
+// at 48 and 64. Where it does not hold, see the next test.
+TEST(PlannerTest, BalancedIsWithinTwoPercentWithCommunication) {
+  struct Case {
+    int kind;
+    std::vector<int> workers;
+    std::vector<bool> masks;
+  };
+  const std::vector<Case> cases = {{0, {1, 2, 3, 7, 16, 48, 64}, {true, false}},
+                                   {1, {2, 3, 7, 16, 32}, {true, false}},
+                                   {1, {48, 64}, {false}},
+                                   {2, {3, 7, 16}, {true, false}},
+                                   {3, {2, 3, 7, 16}, {true, false}},
+                                   {4, {2, 3, 7, 16, 48, 64}, {true, false}}};
+  for (const Case& k : cases) {
+    for (int P : k.workers) {
+      for (bool causal : k.masks) {
+        const CostParams real = H200Like(SpeedSet(k.kind, P));
         absl::StatusOr<Plan> plan = MakePlan({"balanced", P, 262144, causal, real.speeds});
         ASSERT_TRUE(plan.ok()) << plan.status();
+        if (P <= 16) {
+          ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan).status();
+        }
         absl::StatusOr<PlanCost> c = EstimateCost(*plan, real);
         ASSERT_TRUE(c.ok());
-        EXPECT_LE(c->forward.makespan_ratio, 1.02) << "speeds " << kind << " P=" << P << " causal=" << causal;
-        EXPECT_LE(c->backward.makespan_ratio, 1.02) << "speeds " << kind << " P=" << P << " causal=" << causal;
+        EXPECT_LE(c->forward.makespan_ratio, 1.02)
+            << "speeds " << k.kind << " P=" << P << " causal=" << causal;
+        EXPECT_LE(c->backward.makespan_ratio, 1.02)
+            << "speeds " << k.kind << " P=" << P << " causal=" << causal;
       }
     }
   }
 }
 
-// Unequal speeds at P >= 32: the 2% bound is NOT reached everywhere (docs/planner.md,
-// "bandwidth limit" and "start-up and tail windows": 1-D plans are bandwidth-bound there, the
-// 2-D tiled plans lose time where a step's transfer window is overfull). This guards what the
-// search reaches today (measured: causal 1.03-1.07 at P = 48-64; full <= 1.022)
-// against regressions, and the 2% where it is reached (P = 32, speeds 1,2,...).
+// Unequal speeds at large P, causal: the 2% bound is NOT reached there (docs/planner.md, "What
+// is not reached": 1-D plans are bandwidth-bound, the 2-D tiled plans lose time where a step's
+// transfer window is overfull, more so the wider the speed spread). This guards what the search
+// reaches today (measured: speeds 1,2 at P = 64: 1.042 / 1.051; random at 48: ~1.04; cycling
+// 1..4 at 32: ~1.12) against regressions.
 TEST(PlannerTest, BalancedAtLargePWithUnequalSpeedsStaysWithinWhatIsReached) {
-  CostParams real;
-  real.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
-  // Speeds 1,2,... at P = 32 and 64, random at P = 48 (each MakePlan here searches ~20 plans of
-  // P = 32-64 workers: keep the test at a few seconds).
-  for (const auto& [kind, P] : {std::pair{1, 32}, std::pair{1, 64}, std::pair{2, 48}}) {
-    {
-      for (bool causal : {true, false}) {
-        real.speeds = SpeedSet(kind, P);
-        absl::StatusOr<Plan> plan = MakePlan({"balanced", P, 262144, causal, real.speeds});
-        ASSERT_TRUE(plan.ok()) << plan.status();
-        ASSERT_TRUE(CheckPlan(*plan).ok());
-        absl::StatusOr<PlanCost> c = EstimateCost(*plan, real);
-        ASSERT_TRUE(c.ok());
-        const double fwd_limit = P == 32 && kind == 1 ? 1.02 : causal ? 1.08 : 1.03;
-        const double bwd_limit = P == 32 && kind == 1 ? 1.02 : causal ? 1.08 : 1.03;
-        EXPECT_LE(c->forward.makespan_ratio, fwd_limit) << "speeds " << kind << " P=" << P << " causal=" << causal;
-        EXPECT_LE(c->backward.makespan_ratio, bwd_limit) << "speeds " << kind << " P=" << P << " causal=" << causal;
-        std::printf("speeds %d P=%d %s: forward %.4f backward %.4f\n", kind, P,
-                    causal ? "causal" : "full", c->forward.makespan_ratio,
-                    c->backward.makespan_ratio);
-      }
+  for (const auto& [kind, P, limit] :
+       {std::tuple{1, 64, 1.07}, std::tuple{2, 48, 1.07}, std::tuple{3, 32, 1.16}}) {
+    const CostParams real = H200Like(SpeedSet(kind, P));
+    absl::StatusOr<Plan> plan = MakePlan({"balanced", P, 262144, true, real.speeds});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(CheckPlan(*plan).ok());
+    absl::StatusOr<PlanCost> c = EstimateCost(*plan, real);
+    ASSERT_TRUE(c.ok());
+    EXPECT_LE(c->forward.makespan_ratio, limit) << "speeds " << kind << " P=" << P;
+    EXPECT_LE(c->backward.makespan_ratio, limit) << "speeds " << kind << " P=" << P;
+    std::printf("speeds %d P=%d causal: forward %.4f backward %.4f\n", kind, P,
+                c->forward.makespan_ratio, c->backward.makespan_ratio);
+  }
+}
+
+// Per-op overhead: each compute op costs op_overhead_seconds on top of its FLOPs (not part of
+// the ideal), and the search prefers fewer ops when they cost no balance.
+TEST(PlannerTest, OpOverheadIsChargedPerComputeOpAndSteersTheSearch) {
+  absl::StatusOr<Plan> ring = MakePlan({"ring", 4, 4096, true, {}});
+  ASSERT_TRUE(ring.ok());
+  CostParams p = ComputeOnly();
+  absl::StatusOr<PlanCost> base = EstimateCost(*ring, p);
+  p.op_overhead_seconds = 1e-3;  // large: it dominates
+  absl::StatusOr<PlanCost> over = EstimateCost(*ring, p);
+  ASSERT_TRUE(base.ok() && over.ok());
+  EXPECT_EQ(over->forward.ideal_seconds, base->forward.ideal_seconds);
+  for (int w = 0; w < 4; ++w) {
+    EXPECT_EQ(base->forward.workers[w].compute_ops, w + 1);  // worker w: its w+1 chunks
+    EXPECT_NEAR(over->forward.workers[w].busy_seconds,
+                base->forward.workers[w].busy_seconds + 1e-3 * (w + 1), 1e-9);
+  }
+  p.op_overhead_seconds = -1;
+  EXPECT_FALSE(EstimateCost(*ring, p).ok());
+  // Equal speeds at P = 8: zigzag and striped rings with 2-8 pieces per worker are all within
+  // 2%; without the overhead the search took 8 pieces (136 ops per worker, a hair better
+  // balanced); now it takes one with far fewer ops (docs/scale.md: small units cost real GPUs
+  // 15-38%), at most one piece size finer than zigzag.
+  absl::StatusOr<Plan> plan = MakePlan({"balanced", 8, 131072, true, {}});
+  absl::StatusOr<Plan> zigzag = MakePlan({"zigzag", 8, 131072, true, {}});
+  ASSERT_TRUE(plan.ok() && zigzag.ok());
+  const CostParams real = H200Like({});
+  absl::StatusOr<PlanCost> c = EstimateCost(*plan, real), z = EstimateCost(*zigzag, real);
+  ASSERT_TRUE(c.ok() && z.ok());
+  EXPECT_LE(std::max(c->forward.makespan_ratio, c->backward.makespan_ratio), kBalanceTarget);
+  int ops = 0, zigzag_ops = 0;
+  for (int w = 0; w < 8; ++w) {
+    ops = std::max(ops, c->forward.workers[w].compute_ops);
+    zigzag_ops = std::max(zigzag_ops, z->forward.workers[w].compute_ops);
+  }
+  EXPECT_LE(ops, 2 * zigzag_ops);
+  Plan fine = MakeStripedRingPlan({"balanced", 8, 131072, true, {}}, std::vector<int>(8, 8));
+  planner_internal::EqualizeSteps(fine);
+  DeriveBackwardSteps(fine);
+  absl::StatusOr<PlanCost> f = EstimateCost(fine, real);
+  ASSERT_TRUE(f.ok());
+  EXPECT_GE(f->forward.workers[0].compute_ops, 4 * ops);
+  // With the overhead charged, the chosen plan is cheaper than the finely cut one.
+  CostParams with_overhead = real;
+  with_overhead.op_overhead_seconds = kSearchOpOverheadSeconds;
+  absl::StatusOr<PlanCost> co = EstimateCost(*plan, with_overhead),
+                           fo = EstimateCost(fine, with_overhead);
+  ASSERT_TRUE(co.ok() && fo.ok());
+  EXPECT_LT(co->forward.makespan_seconds + co->backward.makespan_seconds,
+            fo->forward.makespan_seconds + fo->backward.makespan_seconds);
+}
+
+// The backward of a striped ring with unequal piece counts, its transfers spread by
+// BalanceTransfers: still valid (the simulator runs such plans: striped_bb), and at P = 36 with
+// speeds 1,2 it brings the backward within 2% (1.038 without).
+TEST(PlannerTest, BackwardBalanceKeepsStripedPlansValidAndHelps) {
+  const int P = 36;
+  const CostParams real = H200Like(SpeedSet(1, P));
+  std::vector<int> pieces;
+  for (int w = 0; w < P; ++w) pieces.push_back(2 * (1 + w % 2));
+  Plan before = MakeStripedRingPlan({"balanced", P, 262144, true, real.speeds}, pieces);
+  planner_internal::EqualizeSteps(before);
+  DeriveBackwardSteps(before);
+  Plan after = before;
+  planner_internal::BalanceTransfers(after, real, 1, /*forward=*/false);
+  for (int w = 0; w < P; ++w) {
+    ASSERT_EQ(before.workers[w].forward.size(), after.workers[w].forward.size());
+    for (size_t t = 0; t < before.workers[w].forward.size(); ++t) {
+      EXPECT_EQ(before.workers[w].forward[t].sends, after.workers[w].forward[t].sends);
     }
   }
+  ASSERT_TRUE(CheckPlan(after, {real.shape, 0}).ok()) << CheckPlan(after).status();
+  absl::StatusOr<PlanCost> cb = EstimateCost(before, real), ca = EstimateCost(after, real);
+  ASSERT_TRUE(cb.ok() && ca.ok());
+  EXPECT_LT(ca->backward.makespan_ratio, cb->backward.makespan_ratio - 0.01);
+  EXPECT_LE(ca->backward.makespan_ratio, 1.02);
+  std::printf("P=36 speeds 1,2 striped backward: %.4f -> %.4f with BalanceTransfers\n",
+              cb->backward.makespan_ratio, ca->backward.makespan_ratio);
 }
 
 // BalanceTransfers keeps plans exact and valid and only moves what it may: owned Q/KV earlier,

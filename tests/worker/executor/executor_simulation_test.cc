@@ -68,7 +68,9 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
     for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
   }
   absl::StatusOr<Plan> plan;
-  if (schedule == "striped") {  // the striped ring with unequal speeds and 1-3 pieces per worker
+  if (schedule == "striped" || schedule == "striped_bb") {
+    // The striped ring with unequal speeds and 1-3 pieces per worker; striped_bb: its backward's
+    // transfers then spread by BalanceTransfers (grad_in earlier, dQ/dK/dV partials later).
     req.schedule = "balanced";
     std::vector<int> pieces;
     for (int w = 0; w < P; ++w) {
@@ -78,6 +80,11 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
     plan = MakeStripedRingPlan(req, pieces);
     planner_internal::EqualizeSteps(*plan);
     DeriveBackwardSteps(*plan);
+    if (schedule == "striped_bb") {
+      CostParams params;
+      params.speeds = req.speeds;
+      planner_internal::BalanceTransfers(*plan, params, 1 + P % 2, /*forward=*/false);
+    }
   } else if (schedule == "tiled" || schedule == "tiled_pf") {
     // 2-D tiles, unequal speeds, 1-3 groups, small K pieces; tiled_pf: head peers first and
     // transfers moved by BalanceTransfers (Q/KV earlier, partials later).
@@ -137,7 +144,7 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
 INSTANTIATE_TEST_SUITE_P(
     AllSchedules, SimulationTest,
     ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced",
-                                         "striped", "tiled", "tiled_pf"),
+                                         "striped", "striped_bb", "tiled", "tiled_pf"),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +

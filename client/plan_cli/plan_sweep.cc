@@ -1,0 +1,163 @@
+// dfa-plan-sweep: the balanced planner's makespan/ideal ratios over P = 1..64 and speed patterns,
+// with communication in the cost model (the table in docs/planner.md).
+//
+//   dfa-plan-sweep [--seq S] [--min-workers A] [--max-workers B] [--mask causal|full|both]
+//                  [--patterns equal,alt12,cycle1234,straggler,random] [--op-overhead-us U]
+//                  [--per-p]
+//
+// Cost model: 32 heads of 128 (K/V too), bf16, batch 1, 400 TFLOP/s at speed 1, 300 GB/s per
+// link and direction, 20 us per message, U us per compute op (default 0: the ratio measures the
+// plan's balance; the planner's search itself charges kSearchOpOverheadSeconds). Prints, per
+// (pattern, mask), the worst forward and backward ratio over the P range, where it happens, the
+// P values above 1.02, and the largest number of compute ops of one worker; --per-p prints every
+// P. Every plan is checked with CheckPlan (exit 1 if one fails). Exit 2 on bad flags.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/planner/cost_model.h"
+#include "coordinator/planner/plan_checker.h"
+#include "coordinator/planner/planner.h"
+
+namespace {
+
+// The speed patterns of the sweep (relative speeds of P workers).
+bool Speeds(const std::string& pattern, int P, std::vector<double>* out) {
+  out->clear();
+  uint32_t x = 12345u + static_cast<uint32_t>(P);
+  for (int w = 0; w < P; ++w) {
+    if (pattern == "equal") {
+      out->push_back(1.0);
+    } else if (pattern == "alt12") {
+      out->push_back(1.0 + w % 2);
+    } else if (pattern == "cycle1234") {
+      out->push_back(1.0 + w % 4);
+    } else if (pattern == "straggler") {
+      out->push_back(w == P / 2 ? 0.5 : 1.0);
+    } else if (pattern == "random") {  // the LCG of planner_test's SpeedSet(2, P): [0.5, 2)
+      x = x * 1664525u + 1013904223u;
+      out->push_back(0.5 + 1.5 * (x >> 8) / double(1 << 24));
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+int MaxOps(const dfa::Plan& plan, bool forward) {
+  int most = 0;
+  for (const dfa::WorkerPlan& w : plan.workers) {
+    int n = 0;
+    for (const dfa::PlanStep& s : forward ? w.forward : w.backward) {
+      n += static_cast<int>(s.computes.size());
+    }
+    most = std::max(most, n);
+  }
+  return most;
+}
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr,
+               "dfa-plan-sweep: %s\nusage: dfa-plan-sweep [--seq S] [--min-workers A] "
+               "[--max-workers B] [--mask causal|full|both] [--patterns p,q,...] "
+               "[--op-overhead-us U] [--per-p]\n",
+               why.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t seq = 262144, lo = 1, hi = 64;
+  double overhead_us = 0;
+  std::string mask = "both";
+  std::vector<std::string> patterns = {"equal", "alt12", "cycle1234", "straggler", "random"};
+  bool per_p = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--per-p") {
+      per_p = true;
+      continue;
+    }
+    if (i + 1 >= argc) return Usage(absl::StrCat(flag, " needs a value (or is unknown)"));
+    const std::string value = argv[++i];
+    bool ok = true;
+    if (flag == "--seq")
+      ok = absl::SimpleAtoi(value, &seq) && seq >= 1;
+    else if (flag == "--min-workers")
+      ok = absl::SimpleAtoi(value, &lo) && lo >= 1;
+    else if (flag == "--max-workers")
+      ok = absl::SimpleAtoi(value, &hi) && hi >= 1 && hi <= 4096;
+    else if (flag == "--op-overhead-us")
+      ok = absl::SimpleAtod(value, &overhead_us) && overhead_us >= 0;
+    else if (flag == "--mask")
+      ok = value == "causal" || value == "full" || value == "both", mask = value;
+    else if (flag == "--patterns")
+      patterns = absl::StrSplit(value, ',');
+    else
+      return Usage(absl::StrCat("unknown flag '", flag, "'"));
+    if (!ok) return Usage(absl::StrCat(flag, ": bad value '", value, "'"));
+  }
+  std::vector<double> probe;
+  for (const std::string& p : patterns) {
+    if (!Speeds(p, 1, &probe)) return Usage(absl::StrCat("--patterns: unknown '", p, "'"));
+  }
+  std::printf(
+      "seq %lld, P %lld..%lld, 32x128 heads bf16, 400 TFLOP/s, 300 GB/s, 20 us, "
+      "%.1f us/op\n",
+      static_cast<long long>(seq), static_cast<long long>(lo), static_cast<long long>(hi),
+      overhead_us);
+  std::printf("%-10s %-6s %-18s %-18s %-8s %-7s %s\n", "speeds", "mask", "worst fwd (P)",
+              "worst bwd (P)", "ops/wkr", "secs", "P over 1.02 (fwd/bwd)");
+  int failures = 0;
+  for (const std::string& pattern : patterns) {
+    for (bool causal : {true, false}) {
+      if ((mask == "causal" && !causal) || (mask == "full" && causal)) continue;
+      double worst_f = 0, worst_b = 0;
+      int at_f = 0, at_b = 0, ops = 0;
+      std::vector<std::string> over;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int P = static_cast<int>(lo); P <= hi; ++P) {
+        if (seq < P) break;
+        dfa::CostParams cost;
+        cost.shape = dfa::AttentionShape{1, 32, 32, 128, dfa::DType::kBF16};
+        cost.op_overhead_seconds = overhead_us * 1e-6;
+        Speeds(pattern, P, &cost.speeds);
+        absl::StatusOr<dfa::Plan> plan = dfa::MakePlan({"balanced", P, seq, causal, cost.speeds});
+        if (!plan.ok()) return Usage(std::string(plan.status().message()));
+        if (absl::Status s = dfa::CheckPlan(*plan).status(); !s.ok()) {
+          std::fprintf(stderr, "P=%d %s %s: CheckPlan: %s\n", P, pattern.c_str(),
+                       causal ? "causal" : "full", std::string(s.message()).c_str());
+          ++failures;
+          continue;
+        }
+        absl::StatusOr<dfa::PlanCost> c = dfa::EstimateCost(*plan, cost);
+        if (!c.ok()) return Usage(std::string(c.status().message()));
+        const double f = c->forward.makespan_ratio, b = c->backward.makespan_ratio;
+        const int n = std::max(MaxOps(*plan, true), MaxOps(*plan, false));
+        if (per_p) {
+          std::printf("  %-10s %-6s P=%-3d fwd %.4f bwd %.4f ops/worker %d steps %d\n",
+                      pattern.c_str(), causal ? "causal" : "full", P, f, b, n, c->forward.steps);
+        }
+        if (f > worst_f) worst_f = f, at_f = P;
+        if (b > worst_b) worst_b = b, at_b = P;
+        ops = std::max(ops, n);
+        if (f > 1.02 || b > 1.02) over.push_back(absl::StrFormat("%d (%.3f/%.3f)", P, f, b));
+      }
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("%-10s %-6s %.4f (%-3d)       %.4f (%-3d)       %-8d %-7.1f %s\n",
+                  pattern.c_str(), causal ? "causal" : "full", worst_f, at_f, worst_b, at_b, ops,
+                  secs, over.empty() ? "none" : absl::StrJoin(over, ", ").c_str());
+      std::fflush(stdout);
+    }
+  }
+  return failures > 0 ? 1 : 0;
+}
