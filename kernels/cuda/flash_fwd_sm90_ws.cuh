@@ -1,19 +1,19 @@
 // Hopper forward unit, warp-specialised (FlashAttention-3's recipe, sm_90a). Same contract and
 // epilogue as flash_fwd_sm90.cuh (FwdParams); chosen by the launchers of flash_fwd_*.cu.
 //
-// CTA = 3 warpgroups (384 threads), kBlockM = 128 query rows of one (batch, head):
+// CTA = 1 + kConsumers warpgroups, kBlockM = 64 x kConsumers query rows of one (batch, head):
 // - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24); one thread
 //   issues every load as a TMA bulk tensor copy (cp.async.bulk.tensor, 128B swizzle, which is the
 //   SW128 layout of sm90_common.cuh): Q once, then K and V key blocks (last to first, like the
 //   other kernels) into a ring of kStages shared stages. Each stage has a "full" mbarrier (armed
-//   with the byte count, completed by the copy engine) and an "empty" one (8 arrivals: lane 0 of
-//   every consumer warp, once its wgmma has read the stage).
-// - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240), own 64 query rows each and run the
-//   loop of flash_fwd_sm90.cuh: S(j) = Q K(j)^T issued together with O += P(j-1) V(j-1), softmax
-//   of S(j) (base 2, scale folded) while P V still runs. Ping-pong: two named barriers hand the
-//   "issue GEMMs" turn from one consumer to the other, so one warpgroup's softmax runs while the
-//   other's GEMMs keep the tensor cores busy (run-time flag `ping_pong`, on unless
-//   DFA_CUDA_FWD_PINGPONG=0, for measuring its effect).
+//   with the byte count, completed by the copy engine) and an "empty" one (4 x kConsumers
+//   arrivals: lane 0 of every consumer warp, once its wgmma has read the stage).
+// - warpgroups 1 .. kConsumers, the consumers (setmaxnreg.inc to 240 with 2 consumers, 160 with
+//   3), own 64 query rows each and run the loop of flash_fwd_sm90.cuh: S(j) = Q K(j)^T issued
+//   together with O += P(j-1) V(j-1), softmax of S(j) (base 2, scale folded) while P V still
+//   runs. Ping-pong: named barriers hand the "issue GEMMs" turn from one consumer to the next
+//   (round robin), so one warpgroup's softmax runs while another's GEMMs keep the tensor cores
+//   busy (run-time flag `ping_pong`, on unless DFA_CUDA_FWD_PINGPONG=0, for measuring it).
 // Rows past m or n are zero-filled by the copy engine (out-of-bounds box elements), the mask
 // sets their scores to -inf exactly as in the other kernels.
 #pragma once
@@ -37,29 +37,31 @@ struct FwdTmaMaps {
   CUtensorMap q, k, v;
 };
 
-template <int kD, int kBlockN, int kStages>
+template <int kD, int kBlockN, int kStages, int kConsumers>
 struct FwdWsTraits {
-  static constexpr int kBlockM = 128;
-  static constexpr int kThreads = 384;
+  static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kQElems = kBlockM * kD;
   static constexpr int kKVElems = kBlockN * kD;
   static constexpr int kBarOffset = (kQElems + 2 * kStages * kKVElems) * 2;     // bytes
   static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 4 * kStages) + 1024;  // + alignment
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // 24 x 128 + kConsumerRegs x 128 x kConsumers <= 64K registers of the SM.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
 };
 
-// Named barriers: 0 is __syncthreads; 1, 2 the GEMM turn of consumer 0, 1; 3, 4 pin the
-// softmax of consumer 0, 1 before its P V wait (see flash_fwd_sm90.cuh).
+// Named barriers: 0 is __syncthreads; 1 + c the GEMM turn of consumer c; 4 + c pins the
+// softmax of consumer c before its P V wait (see flash_fwd_sm90.cuh).
 constexpr int kTurnBarrier = 1;
-constexpr int kPinBarrier = 3;
+constexpr int kPinBarrier = 4;
 
-template <typename T, int kD, int kBlockN, int kStages>
-__global__ void __launch_bounds__(384, 1)
+template <typename T, int kD, int kBlockN, int kStages, int kConsumers>
+__global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     FlashFwdSm90WsKernel(const __grid_constant__ FwdParams p,
                          const __grid_constant__ FwdTmaMaps maps, const int ping_pong) {
 #ifdef DFA_WGMMA
   using Tr = ElemTraits<T>;
-  using Cfg = FwdWsTraits<kD, kBlockN, kStages>;
+  using Cfg = FwdWsTraits<kD, kBlockN, kStages, kConsumers>;
   constexpr int kBlockM = Cfg::kBlockM;
   constexpr int kNS = kBlockN / 2;  // S accumulator floats per thread
   constexpr int kNO = kD / 2;       // O accumulator floats per thread
@@ -92,8 +94,8 @@ __global__ void __launch_bounds__(384, 1)
     for (int s = 0; s < kStages; ++s) {
       MbarInit(k_full + s, 1);
       MbarInit(v_full + s, 1);
-      MbarInit(k_empty + s, 8);
-      MbarInit(v_empty + s, 8);
+      MbarInit(k_empty + s, 4 * kConsumers);
+      MbarInit(v_empty + s, 4 * kConsumers);
     }
     FenceMbarInit();
   }
@@ -141,7 +143,7 @@ __global__ void __launch_bounds__(384, 1)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
   // Consumer 0 takes the first GEMM turn: consumer 1 hands it over before its own first wait.
-  if (ping_pong && cw == 1) NamedBarrierArrive(kTurnBarrier + 0, 256);
+  if (ping_pong && cw == kConsumers - 1) NamedBarrierArrive(kTurnBarrier + 0, 256);
 
   if (n_blocks > 0) {
     float s[kNS], pr[kNS];  // scores, probabilities
@@ -222,14 +224,14 @@ __global__ void __launch_bounds__(384, 1)
         a[kk][3] = Tr::Pack(pr[8 * kk + 6], pr[8 * kk + 7]);
       }
     };
-    const int my_turn = kTurnBarrier + cw, other_turn = kTurnBarrier + 1 - cw;
+    const int my_turn = kTurnBarrier + cw, next_turn = kTurnBarrier + (cw + 1) % kConsumers;
 
     MbarWait(q_full, 0);
     MbarWait(k_full, 0);
     if (ping_pong) NamedBarrierSync(my_turn, 256);
     WgmmaFence();
     issue_s(0);
-    if (ping_pong) NamedBarrierArrive(other_turn, 256);
+    if (ping_pong) NamedBarrierArrive(next_turn, 256);
     WgmmaWait<0>();
     FenceRegs<kNS>(s);
     release(k_empty);
@@ -245,7 +247,7 @@ __global__ void __launch_bounds__(384, 1)
       WgmmaFence();
       issue_s(sk);
       issue_pv(sv);
-      if (ping_pong) NamedBarrierArrive(other_turn, 256);
+      if (ping_pong) NamedBarrierArrive(next_turn, 256);
       WgmmaWait<1>();  // S done, P V may still run
       FenceRegs<kNS>(s);
       release(k_empty + sk);
@@ -269,7 +271,7 @@ __global__ void __launch_bounds__(384, 1)
     FenceRegs<kNO>(acc_o);
     FenceRegs<kBlockN / 4>(&a[0][0]);
   }
-  // Balances consumer 1's first hand-over (consumer 0 waits once more than it is handed).
+  // Balances the last consumer's first hand-over (consumer 0 waits once more than the others).
   if (ping_pong && cw == 0) NamedBarrierSync(kTurnBarrier + 0, 256);
 
     // Epilogue: O = acc / l, LSE = max + log(l); empty rows get O = 0, LSE = -inf.
@@ -366,9 +368,9 @@ bool EncodeRowTensorMap(CUtensorMap* map, const void* ptr, int d, int heads, int
 
 // Queues the warp-specialised forward. Returns cudaErrorNotSupported, with nothing queued, when
 // the tensors cannot be described by TMA descriptors (the caller then runs another kernel).
-template <typename T, int kD, int kBlockN, int kStages>
+template <typename T, int kD, int kBlockN, int kStages, int kConsumers = 2>
 cudaError_t LaunchFwdSm90Ws(const FwdParams& p, cudaStream_t stream) {
-  using Cfg = FwdWsTraits<kD, kBlockN, kStages>;
+  using Cfg = FwdWsTraits<kD, kBlockN, kStages, kConsumers>;
   FwdTmaMaps maps;
   if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 ||
       !EncodeRowTensorMap<T>(&maps.q, p.q, kD, p.q_heads, p.m, p.batch, p.q_row_stride,
@@ -379,7 +381,7 @@ cudaError_t LaunchFwdSm90Ws(const FwdParams& p, cudaStream_t stream) {
                              p.v_batch_stride, kBlockN)) {
     return cudaErrorNotSupported;
   }
-  auto kernel = FlashFwdSm90WsKernel<T, kD, kBlockN, kStages>;
+  auto kernel = FlashFwdSm90WsKernel<T, kD, kBlockN, kStages, kConsumers>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;

@@ -221,13 +221,15 @@ TEST_F(CudaBackendTest, AccumulateAndMergeEqualTheWholeUnit) {
 
 // Head dim 128 (the TMA forward on Hopper) on non-dense views: Q rows padded, K and V
 // interleaved in one buffer (as a packed KV chunk), batch 2, padded batch strides; forward in
-// two key halves with accumulate equals the whole unit.
+// two key halves with accumulate equals the whole unit; causal and full.
 TEST_F(CudaBackendTest, Hdim128StridedViewsAndAccumulate) {
-  for (DType t : {DType::kBF16, DType::kF16}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const DType t = variant == 1 ? DType::kF16 : DType::kBF16;
     UnitShape s;
     s.dtype = t, s.head_dim = 128, s.m = 200, s.n = 300, s.q_heads = 4, s.kv_heads = 2;
-    s.q_row0 = 60, s.kv_row0 = 0, s.mask = MaskKind::kCausal, s.batch = 2;
-    SCOPED_TRACE(t == DType::kBF16 ? "bf16" : "f16");
+    s.q_row0 = 60, s.kv_row0 = 0, s.batch = 2;
+    s.mask = variant == 2 ? MaskKind::kFull : MaskKind::kCausal;
+    SCOPED_TRACE(variant == 0 ? "bf16 causal" : variant == 1 ? "f16 causal" : "bf16 full");
     const Inputs in = MakeInputs(s, 91);
     const float scale = 0.088f;
     const auto ref = ReferenceAttention(s, in.q, in.k, in.v, nullptr, scale);

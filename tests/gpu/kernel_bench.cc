@@ -5,8 +5,8 @@
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
 // Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
-// -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, -cpasync when DFA_CUDA_FWD_WS=0 keeps
-// the Hopper forward on the cp.async wgmma kernel instead of the TMA warp-specialised one.
+// -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, and with the forward-variant switches
+// (-cpasync, -nopingpong; see Main).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention_backend.h"
@@ -63,13 +64,16 @@ int Main(int argc, char** argv) {
   AttentionBackend& be = **be_or;
   // The CUDA backend runs its wgmma kernels on sm_90 unless DFA_CUDA_NO_WGMMA is set.
   const char* no_wgmma = std::getenv("DFA_CUDA_NO_WGMMA");
-  // DFA_CUDA_FWD_WS=0 keeps the Hopper forward on the cp.async kernel (rows tagged -cpasync).
-  const char* no_ws = std::getenv("DFA_CUDA_FWD_WS");
-  const char* no_pp = std::getenv("DFA_CUDA_FWD_PINGPONG");
-  const char* kernel_tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync"
-                           : no_ws && no_ws[0] == '0'                    ? "-cpasync"
-                           : no_pp && no_pp[0] == '0'                    ? "-nopingpong"
-                                                                         : "";
+  // Kernel-variant switches of the Hopper forward (kernels/cuda/sm90_dispatch.h) tag the rows:
+  // DFA_CUDA_FWD_WS=0 -cpasync (cp.async kernel instead of the TMA warp-specialised one),
+  // DFA_CUDA_FWD_PINGPONG=0 -nopingpong.
+  std::string tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync" : "";
+  for (const auto& [var, name] : {std::pair<const char*, const char*>{"DFA_CUDA_FWD_WS", "-cpasync"},
+                                  {"DFA_CUDA_FWD_PINGPONG", "-nopingpong"}}) {
+    const char* e = std::getenv(var);
+    if (e != nullptr && e[0] == '0') tag += name;
+  }
+  const char* kernel_tag = tag.c_str();
   const int kHeads = 32;
   std::vector<int64_t> lengths = quick ? std::vector<int64_t>{4096, 16384} : std::vector<int64_t>{4096, 16384, 65536};
   const int64_t max_s = lengths.back();

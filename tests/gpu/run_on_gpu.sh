@@ -2,10 +2,12 @@
 # Runs the GPU kernel checks and benchmarks on the GPU machine (see docs/kernels-cuda.md).
 # Expects the binaries and their bundled libraries in $G (default .gpu-kernels, built here
 # with tests/gpu/pack_for_gpu.sh) and writes logs to $OUT (default ./gpu-out).
-#   tests/gpu/run_on_gpu.sh [test] [test-mma] [test-cpasync] [check] [bench-cpasync-quick] [bench-dfa] [bench-dfa-quick]
+#   tests/gpu/run_on_gpu.sh [test] [test-mma] [test-cpasync] [check] [bench-cpasync-quick]
+#                           [bench-nopp-quick] [bench-dfa] [bench-dfa-quick]
 #                           [bench-mma] [bench-mma-quick] [bench-sdpa] [bench-sdpa-quick]
 # *-mma steps set DFA_CUDA_NO_WGMMA=1 (the sm_80 mma.sync kernels, for comparison on Hopper);
-# *-cpasync steps set DFA_CUDA_FWD_WS=0 (Hopper forward on the cp.async kernel, not the TMA one).
+# *-cpasync steps set DFA_CUDA_FWD_WS=0 (Hopper forward on the cp.async kernel, not the TMA one);
+# bench-nopp-quick turns its ping-pong off.
 set -uo pipefail
 G=${G:-.gpu-kernels}
 OUT=${OUT:-gpu-out}
