@@ -337,6 +337,17 @@ absl::Status WorkerDataClient::GenerateInputs(uint64_t seed, bool with_grad_outp
                   absl::StrCat("worker ", address_, " GenerateInputs"));
 }
 
+absl::StatusOr<int64_t> WorkerDataClient::DeviceTransfer(v1::DeviceTransferRequest request) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  request.set_session_id(session_id_);
+  request.set_client_id(client_id_);
+  v1::DeviceTransferResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub_->DeviceTransfer(&ctx, request, &response),
+                           absl::StrCat("worker ", address_, " DeviceTransfer")));
+  return response.bytes();
+}
+
 absl::StatusOr<v1::UploadResponse> WorkerDataClient::UploadChunks(
     std::span<const v1::TensorChunk> chunks) {
   grpc::ClientContext ctx;

@@ -72,6 +72,12 @@ class WorkerDataClient {
   // Asks the worker to fill its shard of Q, K, V (and dO) from `seed`.
   absl::Status GenerateInputs(uint64_t seed, bool with_grad_output);
 
+  // Same-host CUDA IPC (Worker.DeviceTransfer; client/cuda_tensor_io.h builds the request):
+  // sends `request` with this session's session_id and client_id filled in. Returns the bytes
+  // the worker moved; the worker's status (FAILED_PRECONDITION, INVALID_ARGUMENT, ...)
+  // otherwise.
+  absl::StatusOr<int64_t> DeviceTransfer(v1::DeviceTransferRequest request);
+
   // Sends raw, caller-made chunks (tests use it to send malformed ones).
   absl::StatusOr<v1::UploadResponse> UploadChunks(std::span<const v1::TensorChunk> chunks);
 

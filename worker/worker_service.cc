@@ -14,6 +14,9 @@
 #include "worker/chunk_wire.h"
 #include "worker/crc32c.h"
 #include "worker/tensor_io.h"
+#ifdef DFA_HAVE_NCCL
+#include "worker/gpu/device_transfer.h"
+#endif
 
 namespace dfa {
 namespace {
@@ -308,6 +311,32 @@ grpc::Status WorkerServiceImpl::SharedMemoryTransfer(grpc::ServerContext*,
     }
   }
   return Finish("SharedMemoryTransfer", st);
+}
+
+grpc::Status WorkerServiceImpl::DeviceTransfer(grpc::ServerContext*,
+                                               const v1::DeviceTransferRequest* req,
+                                               v1::DeviceTransferResponse* resp) {
+  absl::StatusOr<int64_t> bytes = [&]() -> absl::StatusOr<int64_t> {
+    ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
+                     sessions_->Find(req->session_id(), req->client_id(), true));
+#ifdef DFA_HAVE_NCCL
+    std::lock_guard<std::mutex> l(s->mu);
+    RETURN_IF_ERROR(CheckIdle(*s));
+    return RunDeviceTransfer(s.get(), *req);
+#else
+    return absl::FailedPreconditionError(
+        "this worker was built without CUDA: CUDA IPC transfers need a cuda worker; use "
+        "SharedMemoryTransfer or Upload/Download");
+#endif
+  }();
+  if (bytes.ok()) {
+    resp->set_bytes(*bytes);
+    if (WorkerMetrics* m = metrics_.load()) {
+      m->AddClientBytes(req->upload() ? "upload" : "download", "cuda_ipc",
+                        static_cast<double>(*bytes));
+    }
+  }
+  return Finish("DeviceTransfer", bytes.status());
 }
 
 }  // namespace dfa

@@ -49,6 +49,10 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   grpc::Status SharedMemoryTransfer(grpc::ServerContext* ctx,
                                     const v1::SharedMemoryTransferRequest* req,
                                     v1::SharedMemoryTransferResponse* resp) override;
+  // Same-host CUDA IPC (worker/gpu/device_transfer.h); FAILED_PRECONDITION when built without
+  // CUDA.
+  grpc::Status DeviceTransfer(grpc::ServerContext* ctx, const v1::DeviceTransferRequest* req,
+                              v1::DeviceTransferResponse* resp) override;
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& st);

@@ -26,6 +26,8 @@
 
 namespace dfa {
 
+class CudaIpcImporter;  // worker/gpu/cuda_ipc.h (built with CUDA only)
+
 // Which (batch, local row) pairs of an input tensor have been written, so a job can refuse to
 // run on inputs that were never (fully) uploaded.
 class RowCoverage {
@@ -73,6 +75,9 @@ struct WorkerSession {
   RowCoverage q_rows, k_rows, v_rows, dout_rows;  // guarded by mu
   std::atomic<bool> cancel{false};  // set by CancelJob for the running job
   ShmMappings shm_mappings;  // client segments kept mapped (keep_mapping); thread-safe itself
+  // Client CUDA allocations opened by Worker.DeviceTransfer (worker/gpu/device_transfer.h);
+  // made on first use, guarded by mu; closed when the session is destroyed.
+  std::shared_ptr<CudaIpcImporter> cuda_ipc;
 };
 
 }  // namespace dfa

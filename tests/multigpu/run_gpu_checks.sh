@@ -17,7 +17,8 @@ has() { for w in "${what[@]}"; do [[ $w == "$1" || $w == all ]] && return 0; don
 { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv; nvidia-smi topo -m; } \
   >"$OUT/machine.txt" 2>&1
 if has tests; then
-  for t in arena_allocator_test device_memory_pool_test cuda_ipc_test nccl_transport_test; do
+  for t in arena_allocator_test device_memory_pool_test cuda_ipc_test nccl_transport_test \
+    device_ipc_service_test; do
     echo "== $t"
     timeout 180 "$bin/$t" --gtest_brief=1 2>&1 | tail -25
   done >"$OUT/tests.log" 2>&1

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "worker/gpu/cuda_status.h"
@@ -39,6 +40,15 @@ absl::Status AddressRange(const void* p, void** base, size_t* bytes) {
 
 }  // namespace
 
+absl::StatusOr<std::string> HostBootId() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!(f >> id) || id.empty()) {
+    return absl::UnavailableError("cannot read /proc/sys/kernel/random/boot_id (host identity)");
+  }
+  return id;
+}
+
 absl::StatusOr<CudaIpcBuffer> ExportCudaIpc(const void* device_ptr) {
   cudaPointerAttributes attr;
   CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, device_ptr));
@@ -56,6 +66,11 @@ absl::StatusOr<CudaIpcBuffer> ExportCudaIpc(const void* device_ptr) {
   out.allocation_bytes = bytes;
   out.device = attr.device;
   return out;
+}
+
+size_t CudaIpcImporter::mapped() const {
+  absl::MutexLock lock(&mu_);
+  return mapped_.size();
 }
 
 CudaIpcImporter::~CudaIpcImporter() {
@@ -95,9 +110,18 @@ absl::StatusOr<void*> CudaIpcImporter::Map(const std::string& handle, int64_t of
       cudaIpcCloseMemHandle(p);
       return st;
     }
+    if (mapped_.size() >= kMaxMapped) {  // close the least recently used
+      auto oldest = mapped_.begin();
+      for (auto j = mapped_.begin(); j != mapped_.end(); ++j) {
+        if (j->second.last_use < oldest->second.last_use) oldest = j;
+      }
+      cudaIpcCloseMemHandle(oldest->second.base);
+      mapped_.erase(oldest);
+    }
     it = mapped_.emplace(handle, m).first;
   }
-  const Mapping& m = it->second;
+  Mapping& m = it->second;
+  m.last_use = ++uses_;
   if (static_cast<size_t>(offset) > m.bytes || bytes > m.bytes - static_cast<size_t>(offset)) {
     return absl::InvalidArgumentError(absl::StrCat("cuda ipc: range [", offset, ", ", offset + bytes,
                                                    ") is past the exported allocation of ",

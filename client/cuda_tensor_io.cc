@@ -1,0 +1,145 @@
+#include "client/cuda_tensor_io.h"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/gpu/cuda_ipc.h"
+
+namespace dfa::client {
+namespace {
+
+absl::Status CudaError(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+absl::Status SynchronizeDevice(int device) {
+  int previous = 0;
+  RETURN_IF_ERROR(CudaError(cudaGetDevice(&previous), "cudaGetDevice"));
+  RETURN_IF_ERROR(CudaError(cudaSetDevice(device), "cudaSetDevice"));
+  absl::Status st = CudaError(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  cudaSetDevice(previous);
+  return st;
+}
+
+absl::StatusOr<TransferStats> Transfer(Session& session, v1::TensorKind kind, const DeviceTensor& t,
+                                       bool upload, bool synchronize) {
+  if (t.data == nullptr) return absl::InvalidArgumentError("tensor.data is null");
+  ASSIGN_OR_RETURN(const CudaIpcBuffer buffer, ExportCudaIpc(t.data));
+  ASSIGN_OR_RETURN(const std::string host, HostBootId());
+  if (upload && synchronize) RETURN_IF_ERROR(SynchronizeDevice(buffer.device));
+  // Every request, checked before anything moves.
+  const int n = session.num_workers();
+  std::vector<std::vector<v1::DeviceTransferRequest>> requests(static_cast<size_t>(n));
+  for (int rank = 0; rank < n; ++rank) {
+    for (const v1::RowRange& r : session.info().shards(rank).owned()) {
+      ASSIGN_OR_RETURN(v1::DeviceTransferRequest req,
+                       MakeDeviceTransferRequest(session.spec(), kind, t, buffer.handle,
+                                                 buffer.offset, buffer.device, r, upload, host));
+      requests[static_cast<size_t>(rank)].push_back(std::move(req));
+    }
+    session.DataClient(rank);  // made here, not in the threads
+  }
+  const absl::Time start = absl::Now();
+  std::vector<absl::StatusOr<int64_t>> results(static_cast<size_t>(n), int64_t{0});
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      int64_t bytes = 0;
+      for (const v1::DeviceTransferRequest& req : requests[static_cast<size_t>(rank)]) {
+        absl::StatusOr<int64_t> b = session.DataClient(rank).DeviceTransfer(req);
+        if (!b.ok()) {
+          results[static_cast<size_t>(rank)] = b.status();
+          return;
+        }
+        bytes += *b;
+      }
+      results[static_cast<size_t>(rank)] = bytes;
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  TransferStats stats;
+  for (const absl::StatusOr<int64_t>& r : results) {
+    RETURN_IF_ERROR(r.status());
+    stats.bytes += *r;
+  }
+  for (const auto& rs : requests) stats.chunks += static_cast<int64_t>(rs.size());
+  stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return stats;
+}
+
+}  // namespace
+
+std::vector<int64_t> DeviceTensor::EffectiveStrides() const {
+  if (!strides.empty()) return strides;
+  std::vector<int64_t> out(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) out[i - 1] = out[i] * shape[i];
+  return out;
+}
+
+absl::StatusOr<v1::DeviceTransferRequest> MakeDeviceTransferRequest(
+    const v1::AttentionSpec& spec, v1::TensorKind kind, const DeviceTensor& t,
+    const std::string& ipc_handle, int64_t base_offset, int device, const v1::RowRange& r,
+    bool upload, const std::string& host_id) {
+  const bool lse = kind == v1::TENSOR_LSE;
+  const size_t dims = lse ? 3 : 4;
+  const size_t row_dim = lse ? 2 : 1;
+  if (t.shape.size() != dims) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor.shape has ", t.shape.size(), " dimensions; ", v1::TensorKind_Name(kind), " needs ",
+        dims, lse ? " ([batch, heads, seq_len])" : " ([batch, seq_len, heads, head_dim])"));
+  }
+  if (!t.strides.empty() && t.strides.size() != dims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor.strides has ", t.strides.size(), " entries; tensor.shape has ", dims));
+  }
+  if (t.shape[row_dim] != spec.seq_len()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor.shape[", row_dim, "] = ", t.shape[row_dim],
+                     " differs from spec.seq_len = ", spec.seq_len()));
+  }
+  if (r.begin() < 0 || r.end() <= r.begin() || r.end() > spec.seq_len()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows = [", r.begin(), ", ", r.end(), ") is not inside the sequence"));
+  }
+  const std::vector<int64_t> strides = t.EffectiveStrides();
+  v1::DeviceTransferRequest req;
+  req.set_kind(kind);
+  *req.mutable_rows() = r;
+  req.set_upload(upload);
+  req.set_host_id(host_id);
+  v1::DeviceTensorRef* ref = req.mutable_tensor();
+  ref->set_cuda_ipc_handle(ipc_handle);
+  ref->set_offset(base_offset + r.begin() * strides[row_dim] * DTypeSize(t.dtype));
+  ref->set_dtype(ToProtoDType(t.dtype));
+  ref->set_device(device);
+  for (size_t i = 0; i < dims; ++i) {
+    ref->add_shape(i == row_dim ? r.end() - r.begin() : t.shape[i]);
+    ref->add_strides(strides[i]);
+  }
+  return req;
+}
+
+absl::StatusOr<TransferStats> UploadDevice(Session& session, v1::TensorKind kind,
+                                           const DeviceTensor& t,
+                                           const DeviceTransferOptions& options) {
+  if (kind != v1::TENSOR_Q && kind != v1::TENSOR_K && kind != v1::TENSOR_V &&
+      kind != v1::TENSOR_DO) {
+    return absl::InvalidArgumentError(absl::StrCat("kind = ", v1::TensorKind_Name(kind),
+                                                   ": only Q, K, V and dO can be uploaded"));
+  }
+  return Transfer(session, kind, t, /*upload=*/true, options.synchronize);
+}
+
+absl::StatusOr<TransferStats> DownloadDevice(Session& session, v1::TensorKind kind,
+                                             const DeviceTensor& t) {
+  return Transfer(session, kind, t, /*upload=*/false, /*synchronize=*/false);
+}
+
+}  // namespace dfa::client

@@ -1,0 +1,74 @@
+// The client's same-host GPU path: a training process hands its CUDA tensors to the session's
+// GPU workers by CUDA IPC (Worker.DeviceTransfer), and the workers copy device to device between
+// that memory and their session storage — no copy through host memory, no socket.
+//
+//   DeviceTensor q = DeviceTensor::Dense(q_ptr, DType::kBF16, {B, S, Hq, D});
+//   RETURN_IF_ERROR(UploadDevice(*session, v1::TENSOR_Q, q).status());   // ... K, V
+//   ASSIGN_OR_RETURN(v1::Job job, session->Run(v1::JOB_FORWARD));
+//   RETURN_IF_ERROR(DownloadDevice(*session, v1::TENSOR_O, o).status());  // into CUDA memory
+//
+// What qualifies: memory from cudaMalloc (PyTorch's default caching allocator: a tensor's
+// data_ptr() with its sizes/strides), on any GPU of this host; not cudaMallocAsync pools nor
+// expandable segments (cudaIpcGetMemHandle refuses them: INVALID_ARGUMENT / INTERNAL here).
+// Every worker of the session must be a cuda/cudnn worker on this host (FAILED_PRECONDITION
+// from the worker otherwise; fall back to Session::Upload/Download with host tensors).
+//
+// Lifetime: the workers keep each allocation they were handed mapped until the session is
+// released, so keep the memory allocated (or release the session) before freeing it.
+// Ordering: UploadDevice synchronises the tensor's device first (options.synchronize), so work
+// queued on it that writes the tensor has finished; DownloadDevice returns after the workers'
+// copies have completed, so the data is visible to kernels the caller queues afterwards.
+// Threads: like Session::Upload (one call per session at a time; one thread per worker inside).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "client/client.h"
+#include "kernels/dtype.h"
+#include "kernels/status.h"
+
+namespace dfa::client {
+
+// A strided tensor in CUDA memory, covering the whole sequence: BSHD kinds
+// [batch, seq_len, heads, head_dim], LSE [batch, heads, seq_len] (fp32).
+struct DeviceTensor {
+  void* data = nullptr;  // device pointer of element [0, 0, 0(, 0)]
+  DType dtype = DType::kBF16;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // elements, one per dim; empty: dense row major
+
+  static DeviceTensor Dense(void* data, DType dtype, std::vector<int64_t> shape) {
+    return DeviceTensor{data, dtype, std::move(shape), {}};
+  }
+  // The strides, dense ones when `strides` is empty.
+  std::vector<int64_t> EffectiveStrides() const;
+};
+
+struct DeviceTransferOptions {
+  // Upload: cudaDeviceSynchronize on the tensor's device before handing it over.
+  bool synchronize = true;
+};
+
+// Hands rows of `t` to every worker owning them (all workers in parallel, one request per owned
+// range). `kind` is TENSOR_Q, TENSOR_K, TENSOR_V or TENSOR_DO. Errors: INVALID_ARGUMENT naming
+// the tensor field (shape, strides, dtype: the worker names those it checks), the worker's
+// FAILED_PRECONDITION (another host, cpu worker), UNAVAILABLE (the handle cannot be opened).
+absl::StatusOr<TransferStats> UploadDevice(Session& session, v1::TensorKind kind,
+                                           const DeviceTensor& t,
+                                           const DeviceTransferOptions& options = {});
+// Writes `kind` (any tensor kind; dQ/dK/dV may target an fp32 tensor) of every worker's rows
+// into `t`.
+absl::StatusOr<TransferStats> DownloadDevice(Session& session, v1::TensorKind kind,
+                                             const DeviceTensor& t);
+
+// The DeviceTransferRequest for rows [r.begin, r.end) of `t`, whose element [0, ...] lies at
+// byte `base_offset` of the allocation exported as `ipc_handle` (pure; tests and other front
+// ends use it). INVALID_ARGUMENT naming the field when `t` has the wrong number of dimensions
+// or does not cover the sequence along its rows dimension.
+absl::StatusOr<v1::DeviceTransferRequest> MakeDeviceTransferRequest(
+    const v1::AttentionSpec& spec, v1::TensorKind kind, const DeviceTensor& t,
+    const std::string& ipc_handle, int64_t base_offset, int device, const v1::RowRange& r,
+    bool upload, const std::string& host_id);
+
+}  // namespace dfa::client
