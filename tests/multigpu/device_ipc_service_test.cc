@@ -84,8 +84,9 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
 
 class DeviceIpcServiceTest : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override {
-    SKIP_UNLESS_GPUS(1);
+  // One cluster per suite (cuda workers take seconds to start); sessions per test.
+  static void SetUpTestSuite() {
+    if (VisibleGpus() < 1) return;
     client::LocalClusterOptions o;
     o.backend = "cuda";
     o.workers = std::min(2, VisibleGpus());
@@ -93,8 +94,22 @@ class DeviceIpcServiceTest : public ::testing::TestWithParam<bool> {
     o.bin_dir = SiblingBinDir();
     o.start_timeout = absl::Seconds(60);
     auto cluster = client::LocalCluster::Start(o);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = std::move(*cluster);
+    if (!cluster.ok()) {
+      start_error_ = new absl::Status(cluster.status());
+      return;
+    }
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    delete start_error_;
+    start_error_ = nullptr;
+  }
+
+  void SetUp() override {
+    SKIP_UNLESS_GPUS(1);
+    ASSERT_NE(cluster_, nullptr) << (start_error_ ? *start_error_ : absl::UnknownError("?"));
     auto c = client::Client::Connect(cluster_->client_options());
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = std::move(*c);
@@ -115,10 +130,14 @@ class DeviceIpcServiceTest : public ::testing::TestWithParam<bool> {
     return p;
   }
 
-  std::unique_ptr<client::LocalCluster> cluster_;
+  static client::LocalCluster* cluster_;
+  static absl::Status* start_error_;
   std::unique_ptr<client::Client> client_;
   std::vector<void*> device_;
 };
+
+client::LocalCluster* DeviceIpcServiceTest::cluster_ = nullptr;
+absl::Status* DeviceIpcServiceTest::start_error_ = nullptr;
 
 TEST_P(DeviceIpcServiceTest, ForwardBackwardByIpcMatchesHostUploads) {
   const bool causal = GetParam();
