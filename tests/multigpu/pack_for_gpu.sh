@@ -11,7 +11,8 @@ shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(arena_allocator_test nccl_transport_test device_memory_pool_test cuda_ipc_test
-    cuda_ipc_peer nccl_transport_bench device_ipc_service_test dfa-coordinator dfa-worker)
+    cuda_ipc_peer nccl_transport_bench device_ipc_service_test device_ipc_bench dfa-coordinator
+    dfa-worker)
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j2 --target "${targets[@]}"

@@ -2,7 +2,7 @@
 # On the GPU machine (from the repository root, after tests/multigpu/pack_for_gpu.sh here):
 # the multi-GPU tests, the NCCL transport benchmark and PyTorch's context-parallel baseline.
 # Every step is bounded by `timeout`; logs and JSON lines go to $OUT (default ./gpu-out).
-#   tests/multigpu/run_gpu_checks.sh [tests|nccl|torch|all]...
+#   tests/multigpu/run_gpu_checks.sh [tests|ipc|nccl|torch|all]...
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -23,6 +23,10 @@ if has tests; then
     timeout 180 "$bin/$t" --gtest_brief=1 2>&1 | tail -25
   done >"$OUT/tests.log" 2>&1
   grep -E '==|PASSED|FAILED|SKIPPED|Failure' "$OUT/tests.log"
+fi
+if has ipc; then  # client data plane: CUDA IPC against shared memory and gRPC, GB/s
+  timeout 180 "$bin/device_ipc_bench" 262144 3 >"$OUT/ipc_bench.txt" 2>&1
+  cat "$OUT/ipc_bench.txt"
 fi
 if has nccl; then
   timeout 120 "$bin/nccl_transport_bench" 2 20 >"$OUT/nccl_bench.txt" 2>&1
