@@ -16,6 +16,8 @@
 namespace dfa::client {
 namespace {
 
+const absl::Duration kGenerateInputsTimeout = absl::Minutes(10);
+
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 const grpc::internal::RpcMethod& UploadMethod() {
@@ -326,7 +328,8 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadShm(v1::TensorKind kind,
 
 absl::Status WorkerDataClient::GenerateInputs(uint64_t seed, bool with_grad_output) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
+  // The worker fills its whole shard (GiBs for long sequences): longer than a control call.
+  SetDeadline(&ctx, std::max(timeout_, kGenerateInputsTimeout));
   v1::GenerateInputsRequest request;
   request.set_session_id(session_id_);
   request.set_client_id(client_id_);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -106,9 +107,19 @@ struct MergeArgs {
   void* stream = nullptr;
 };
 
+// Device memory for a backend's own long-lived scratch (buffers it keeps between calls, e.g.
+// cuDNN's workspace). Empty functions: cudaMalloc / cudaFree. A GPU worker points them at its
+// device memory pool so that every byte a session uses comes from the pool; `release` must be
+// safe while queued work may still use the block (the pool retires it, stream-ordered).
+struct ScratchAllocator {
+  std::function<absl::StatusOr<void*>(size_t)> alloc;
+  std::function<void(void*)> release;
+};
+
 struct BackendOptions {
   int num_threads = 0;  // cpu: worker threads (0: hardware concurrency)
   int device = 0;       // cuda: device ordinal
+  ScratchAllocator scratch;  // cudnn: where its scratch and workspace come from (see above)
 };
 
 class AttentionBackend {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +13,7 @@ namespace {
 
 using CopyKind = AttentionBackend::CopyKind;
 
-constexpr int64_t kSyntheticBlockBytes = int64_t{16} << 20;
+constexpr int64_t kSyntheticBlockBytes = int64_t{64} << 20;
 
 std::string KindName(v1::TensorKind k) { return v1::TensorKind_Name(k); }
 
@@ -278,6 +279,33 @@ absl::Status ReadBlock(WorkerSession* s, v1::TensorKind kind, const RowRange& ro
   return absl::OkStatus();
 }
 
+namespace {
+
+// FillSynthetic over a block, its rows split among threads when the batch is 1 (the rows are
+// then contiguous): a long sequence's inputs (GiBs per worker) take seconds, not minutes.
+void FillBlockParallel(uint64_t seed, int kind, int batch, const RowRange& r, int heads,
+                       int head_dim, DType dt, int64_t row_bytes, uint8_t* dst) {
+  const int64_t kMinRowsPerThread = 256;
+  const int threads = static_cast<int>(std::min<int64_t>(
+      std::max(1u, std::thread::hardware_concurrency()), r.size() / kMinRowsPerThread));
+  if (batch != 1 || threads <= 1) {
+    FillSynthetic(seed, kind, batch, r.begin, r.size(), heads, head_dim, dt, dst);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t per = (r.size() + threads - 1) / threads;
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = r.begin + t * per, e = std::min(r.end, b + per);
+    if (b >= e) break;
+    pool.emplace_back([=] {
+      FillSynthetic(seed, kind, 1, b, e - b, heads, head_dim, dt, dst + (b - r.begin) * row_bytes);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace
+
 absl::Status GenerateSynthetic(WorkerSession* s, uint64_t seed, bool with_grad_output) {
   std::vector<v1::TensorKind> kinds = {v1::TENSOR_Q, v1::TENSOR_K, v1::TENSOR_V};
   if (with_grad_output) kinds.push_back(v1::TENSOR_DO);
@@ -293,8 +321,8 @@ absl::Status GenerateSynthetic(WorkerSession* s, uint64_t seed, bool with_grad_o
       for (int64_t r0 = owned.begin; r0 < owned.end; r0 += step) {
         const RowRange r{r0, std::min(owned.end, r0 + step)};
         block.resize(static_cast<size_t>(BlockBytes(*s, kind, r)));
-        FillSynthetic(seed, kind, s->spec.batch(), r.begin, r.size(), v.heads, v.head_dim, dt,
-                      block.data());
+        FillBlockParallel(seed, kind, s->spec.batch(), r, v.heads, v.head_dim, dt, per_row,
+                          block.data());
         RETURN_IF_ERROR(WriteBlock(s, kind, r, block.data()));
       }
     }

@@ -99,6 +99,8 @@ class WorkerDaemon::Impl {
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<Registrar> registrar;
+  // GPU workers: the device memory pool, reported (capacity, peak use) when the worker stops.
+  std::function<std::string()> pool_report;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -124,6 +126,7 @@ class WorkerDaemon::Impl {
       server->Wait();
     }
     if (sessions) sessions->CloseAll();
+    if (pool_report) std::cerr << pool_report() << std::endl;
     exposer.reset();
     std::lock_guard<std::mutex> l(mu);
     shut_down = true;
@@ -177,6 +180,10 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
     if (!factory.ok()) return factory.status();
     make_backend = *std::move(factory);
     limit = static_cast<int64_t>(pool->capacity());
+    impl->pool_report = [pool] {
+      return absl::StrCat("dfa-worker: device memory pool capacity ", pool->capacity(),
+                          " bytes, peak used ", pool->peak_used(), " bytes");
+    };
   }
 #endif
   impl->budget = std::make_unique<MemoryBudget>(limit);

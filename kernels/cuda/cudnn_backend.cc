@@ -41,14 +41,21 @@ std::string Unfit(const TensorView& t, const char* field) {
 // A device buffer that only grows. Growing waits for the device (cudaFree does).
 class GrowBuffer {
  public:
-  ~GrowBuffer() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
+  explicit GrowBuffer(const ScratchAllocator* scratch) : scratch_(scratch) {}
+  ~GrowBuffer() { Release(); }
   absl::StatusOr<void*> Get(size_t bytes) {
     if (bytes <= size_) return p_;
-    if (p_ != nullptr) cudaFree(p_);
-    p_ = nullptr;
-    size_ = 0;
+    Release();
+    if (scratch_->alloc) {
+      absl::StatusOr<void*> p = scratch_->alloc(bytes);
+      if (!p.ok()) {
+        return absl::ResourceExhaustedError(absl::StrCat("cudnn backend: cannot allocate ", bytes,
+                                                         " bytes of scratch: ", p.status().message()));
+      }
+      p_ = *p;
+      size_ = bytes;
+      return p_;
+    }
     const cudaError_t err = cudaMalloc(&p_, bytes);
     if (err != cudaSuccess) {
       cudaGetLastError();
@@ -59,6 +66,18 @@ class GrowBuffer {
   }
 
  private:
+  void Release() {
+    if (p_ == nullptr) return;
+    if (scratch_->release) {
+      scratch_->release(p_);  // stream-ordered: queued work may still read it
+    } else {
+      cudaFree(p_);
+    }
+    p_ = nullptr;
+    size_ = 0;
+  }
+
+  const ScratchAllocator* scratch_;
   void* p_ = nullptr;
   size_t size_ = 0;
 };
@@ -126,8 +145,9 @@ cudnn::SdpaProblem ProblemOf(bool backward, const TensorView& q, const TensorVie
 
 class CudnnBackend final : public CudnnAttentionBackend {
  public:
-  CudnnBackend(int device, std::unique_ptr<AttentionBackend> cuda, std::unique_ptr<cudnn::SdpaGraphs> graphs)
-      : device_(device), cuda_(std::move(cuda)), graphs_(std::move(graphs)) {}
+  CudnnBackend(int device, std::unique_ptr<AttentionBackend> cuda, std::unique_ptr<cudnn::SdpaGraphs> graphs,
+               std::unique_ptr<ScratchAllocator> scratch)
+      : device_(device), cuda_(std::move(cuda)), graphs_(std::move(graphs)), scratch_(std::move(scratch)) {}
   ~CudnnBackend() override {
     if (last_use_ != nullptr) cudaEventDestroy(last_use_);
   }
@@ -139,6 +159,11 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
   absl::Status Forward(const ForwardArgs& a) override {
     RETURN_IF_ERROR(ValidateForward(a));
+    if (own_forward_) {  // our TMA warp-specialised forward (merges into fp32 partials in place)
+      RETURN_IF_ERROR(cuda_->Forward(a));
+      ++counters_.own_forward;
+      return absl::OkStatus();
+    }
     std::string why = Unfit(a.q, "q");
     if (why.empty()) why = Unfit(a.k, "k");
     if (why.empty()) why = Unfit(a.v, "v");
@@ -336,13 +361,21 @@ class CudnnBackend final : public CudnnAttentionBackend {
   int device_;
   std::unique_ptr<AttentionBackend> cuda_;
   std::unique_ptr<cudnn::SdpaGraphs> graphs_;
-  GrowBuffer o_lo_, lse_tmp_, dq_lo_, dk_lo_, dv_lo_;
+  std::unique_ptr<ScratchAllocator> scratch_;  // before the buffers: they release into it
+  GrowBuffer o_lo_{scratch_.get()}, lse_tmp_{scratch_.get()}, dq_lo_{scratch_.get()},
+      dk_lo_{scratch_.get()}, dv_lo_{scratch_.get()};
   cudaEvent_t last_use_ = nullptr;
   cudaStream_t last_stream_ = nullptr;
   CudnnBackendCounters counters_;
-  bool out_from_delta_ = [] {
-    const char* env = std::getenv("DFA_CUDNN_OUT_FROM_DELTA");
+  // DFA_CUDNN_OWN_FORWARD=1: forward units on our kernels, backward on cuDNN (per-shape choice
+  // for measurement; see docs/gpu-service.md).
+  bool own_forward_ = [] {
+    const char* env = std::getenv("DFA_CUDNN_OWN_FORWARD");
     return env != nullptr && env[0] == '1';
+  }();
+  bool out_from_delta_ = [] {  // on unless DFA_CUDNN_OUT_FROM_DELTA=0
+    const char* env = std::getenv("DFA_CUDNN_OUT_FROM_DELTA");
+    return env == nullptr || env[0] != '0';
   }();
 };
 
@@ -350,9 +383,11 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
 absl::StatusOr<std::unique_ptr<CudnnAttentionBackend>> CreateCudnnBackend(const BackendOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<AttentionBackend> cuda, CreateCudaBackend(options));
-  ASSIGN_OR_RETURN(std::unique_ptr<cudnn::SdpaGraphs> graphs, cudnn::SdpaGraphs::Create(options.device));
+  auto scratch = std::make_unique<ScratchAllocator>(options.scratch);
+  ASSIGN_OR_RETURN(std::unique_ptr<cudnn::SdpaGraphs> graphs,
+                   cudnn::SdpaGraphs::Create(options.device, scratch.get()));
   return std::unique_ptr<CudnnAttentionBackend>(
-      new CudnnBackend(options.device, std::move(cuda), std::move(graphs)));
+      new CudnnBackend(options.device, std::move(cuda), std::move(graphs), std::move(scratch)));
 }
 
 }  // namespace dfa

@@ -27,6 +27,7 @@ namespace dfa {
 struct CudnnBackendCounters {
   int64_t cudnn_forward = 0, cudnn_backward = 0;        // units run by cuDNN
   int64_t fallback_forward = 0, fallback_backward = 0;  // units run by our CUDA kernels
+  int64_t own_forward = 0;  // forward units sent to our kernels by DFA_CUDNN_OWN_FORWARD=1
   std::string last_fallback_reason;
 };
 
@@ -37,8 +38,9 @@ class CudnnAttentionBackend : public AttentionBackend {
   virtual std::string CudnnVersion() const = 0;
   // Backward without BackwardArgs::out (helpers hold dO, LSE and D but not O): false runs such
   // units on our CUDA kernels; true runs them on cuDNN with a stand-in O built from `delta`
-  // (LaunchOutFromDelta in cudnn_rowops.h; as precise as a bf16-rounded real O). Default: the
-  // environment variable DFA_CUDNN_OUT_FROM_DELTA=1, else false (not yet verified on a GPU).
+  // (LaunchOutFromDelta in cudnn_rowops.h; as precise as a bf16-rounded real O). Default: true
+  // (verified on the H200: cudnn_backend_test, and service jobs against PyTorch); false when the
+  // environment variable DFA_CUDNN_OUT_FROM_DELTA=0.
   virtual void SetOutFromDelta(bool enabled) = 0;
 };
 

@@ -119,6 +119,18 @@ struct SdpaGraphs::Impl {
   std::map<std::vector<int64_t>, Entry> cache;
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
+  ScratchAllocator scratch;  // empty: cudaMalloc / cudaFree
+
+  void FreeWorkspace() {
+    if (workspace == nullptr) return;
+    if (scratch.release) {
+      scratch.release(workspace);
+    } else {
+      cudaFree(workspace);
+    }
+    workspace = nullptr;
+    workspace_bytes = 0;
+  }
 
   absl::StatusOr<Entry*> Get(const SdpaProblem& p) {
     std::vector<int64_t> key = KeyOf(p);
@@ -149,9 +161,17 @@ struct SdpaGraphs::Impl {
 
   absl::Status EnsureWorkspace(int64_t bytes) {
     if (bytes <= workspace_bytes) return absl::OkStatus();
-    if (workspace != nullptr) cudaFree(workspace);
-    workspace = nullptr;
-    workspace_bytes = 0;
+    FreeWorkspace();
+    if (scratch.alloc) {
+      absl::StatusOr<void*> p = scratch.alloc(static_cast<size_t>(bytes));
+      if (!p.ok()) {
+        return absl::ResourceExhaustedError(absl::StrCat("cudnn backend: cannot allocate ", bytes,
+                                                         " bytes of workspace: ", p.status().message()));
+      }
+      workspace = *p;
+      workspace_bytes = bytes;
+      return absl::OkStatus();
+    }
     const cudaError_t err = cudaMalloc(&workspace, static_cast<size_t>(bytes));
     if (err != cudaSuccess) {
       cudaGetLastError();
@@ -167,7 +187,7 @@ SdpaGraphs::SdpaGraphs(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 SdpaGraphs::~SdpaGraphs() {
   impl_->cache.clear();
-  if (impl_->workspace != nullptr) cudaFree(impl_->workspace);
+  impl_->FreeWorkspace();
   if (impl_->handle != nullptr) {
     try {
       fe::detail::destroy_handle(impl_->handle);
@@ -176,7 +196,7 @@ SdpaGraphs::~SdpaGraphs() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<SdpaGraphs>> SdpaGraphs::Create(int device) {
+absl::StatusOr<std::unique_ptr<SdpaGraphs>> SdpaGraphs::Create(int device, const ScratchAllocator* scratch) {
   if (fe::cudnn_dlhandle == nullptr) {
     const char* env = std::getenv("DFA_CUDNN_LIBRARY");
     const char* name = env != nullptr && env[0] != '\0' ? env : "libcudnn.so.9";
@@ -190,6 +210,7 @@ absl::StatusOr<std::unique_ptr<SdpaGraphs>> SdpaGraphs::Create(int device) {
   }
   auto impl = std::make_unique<Impl>();
   impl->device = device;
+  if (scratch != nullptr) impl->scratch = *scratch;
   try {
     if (fe::detail::get_backend_version() < 90000) {
       return absl::UnavailableError(

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/attention_backend.h"
 #include "kernels/status.h"
 
 namespace dfa::cudnn {
@@ -46,7 +47,10 @@ struct SdpaPointers {
 class SdpaGraphs {
  public:
   // UNAVAILABLE when libcudnn cannot be loaded or a handle cannot be created on `device`.
-  static absl::StatusOr<std::unique_ptr<SdpaGraphs>> Create(int device);
+  // `scratch` (optional, must outlive this object): where the workspace comes from; null or
+  // empty: cudaMalloc.
+  static absl::StatusOr<std::unique_ptr<SdpaGraphs>> Create(int device,
+                                                            const ScratchAllocator* scratch = nullptr);
   ~SdpaGraphs();
   SdpaGraphs(const SdpaGraphs&) = delete;
   SdpaGraphs& operator=(const SdpaGraphs&) = delete;

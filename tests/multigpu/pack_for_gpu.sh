@@ -15,7 +15,7 @@ if ((${#targets[@]} == 0)); then
     dfa-worker)
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j2 --target "${targets[@]}"
+for t in "${targets[@]}"; do cmake --build "$build" -j2 --target "$t"; done
 rm -rf .gpu-service/bin && mkdir -p .gpu-service/bin .gpu-service/lib
 for t in "${targets[@]}"; do
   f=$(find "$build" -type f -name "$t" -perm -u+x | head -1)

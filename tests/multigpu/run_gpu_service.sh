@@ -118,6 +118,7 @@ done 2>&1 | tee "$OUT/bench.log" | grep -E '^==|^forward|^backward|worker [0-9]+
 python3 tests/multigpu/summarize_bench.py "$OUT/bench.log" | tee "$OUT/bench_table.md"
 stop_all
 pids=()
+grep -h "device memory pool" "$run_dir"/worker-*.log 2>/dev/null | tee "$OUT/pool.txt"
 for d in "$OUT"/verify-*/; do
   [ -f "$d/meta.json" ] || continue
   sched=$(basename "$d")

@@ -11,7 +11,7 @@ import re
 import sys
 
 HEAD = re.compile(r"^== bench gpus=(\d+) schedule=(\S+) mask=(\S+) seq=(\d+)")  # t=... may follow
-JOB = re.compile(r"^(forward|backward)\s+([\d.]+) s\s+([\d.]+) GFLOP")
+JOB = re.compile(r"^(forward|backward)\s+([\d.]+) s\s+([\d.]+) GFLOP\s+([\d.]+) GFLOP/s")
 WORKER = re.compile(r"worker (\d+): busy ([\d.]+) s\s+idle ([\d.]+) s")
 
 
@@ -27,7 +27,8 @@ def main():
             continue
         m = JOB.match(line)
         if m:
-            job = {"kind": m[1], "s": float(m[2]), "gflop": float(m[3]), "workers": {}}
+            # seconds from the printed rate: the printed time has 3 decimals only
+            job = {"kind": m[1], "s": float(m[3]) / float(m[4]), "gflop": float(m[3]), "workers": {}}
             if m[1] == "forward":
                 cur["runs"].append({"forward": job})
             elif cur["runs"]:

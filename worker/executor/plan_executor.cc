@@ -398,6 +398,9 @@ absl::Status PassRunner::Compute(const ComputeOp& op, int t) {
     a.lse = st_->lse().Slice(*qlocal, m);
     a.delta = st_->delta().Slice(*qlocal, m);
     a.dq = st_->dq().Slice(*qlocal, m);
+    // The final O of the worker's own rows: backends whose backward forms D themselves (cudnn)
+    // need it; the others ignore it. Helpers' rows carry D only (no O travels).
+    a.out = st_->o().Slice(*qlocal, m);
   } else {
     a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape_, qtot, qoff, m);
     a.dout = ComponentView(qbuf->parts[1]->get(), qc[1], shape_, qtot, qoff, m);

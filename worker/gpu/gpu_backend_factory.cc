@@ -14,9 +14,12 @@ absl::StatusOr<BackendFactory> MakePooledCudaBackendFactory(
   ASSIGN_OR_RETURN(auto pool, DeviceMemoryPool::Create(options.device, pool_bytes, headroom_bytes));
   std::shared_ptr<DeviceMemoryPool> shared(std::move(pool));
   if (pool_out != nullptr) *pool_out = shared;
+  // The backend's own scratch (cuDNN's workspace and staging buffers) comes from the pool too.
+  BackendOptions pooled = options;
+  pooled.scratch = PoolScratchAllocator(shared);
   return BackendFactory(
-      [options, shared, name]() -> absl::StatusOr<std::unique_ptr<AttentionBackend>> {
-        ASSIGN_OR_RETURN(auto inner, CreateBackend(name, options));
+      [pooled, shared, name]() -> absl::StatusOr<std::unique_ptr<AttentionBackend>> {
+        ASSIGN_OR_RETURN(auto inner, CreateBackend(name, pooled));
         return std::unique_ptr<AttentionBackend>(new PooledBackend(std::move(inner), shared));
       });
 }

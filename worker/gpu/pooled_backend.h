@@ -18,6 +18,14 @@
 
 namespace dfa {
 
+// Allocate from `pool`; when it is full but holds retired blocks, waits once for the device,
+// takes them back and tries again (what PooledBackend::Alloc does).
+absl::StatusOr<void*> AllocateFromPool(DeviceMemoryPool* pool, size_t bytes);
+
+// Scratch for a backend's own buffers (BackendOptions::scratch) from `pool`: allocate as above,
+// release = retire (stream-ordered).
+ScratchAllocator PoolScratchAllocator(std::shared_ptr<DeviceMemoryPool> pool);
+
 class PooledBackend : public AttentionBackend {
  public:
   PooledBackend(std::unique_ptr<AttentionBackend> inner, std::shared_ptr<DeviceMemoryPool> pool)
