@@ -133,7 +133,7 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
   for (const RegisteredWorker& w : placed) speeds.push_back(w.info.speed());
   auto info = std::make_shared<SessionInfo>();
   ASSIGN_OR_RETURN(SessionPlan planned,
-                   MakeSessionPlan(request.spec(), request.schedule(), speeds));
+                   MakeSessionPlan(request.spec(), request.schedule(), speeds, backend));
   info->plan = std::move(planned.plan);
   if (info->plan.workers_size() != n || static_cast<int>(planned.bytes_per_rank.size()) != n) {
     return absl::InternalError(absl::StrCat("planner returned ", info->plan.workers_size(),

@@ -13,7 +13,8 @@ namespace dfa {
 
 absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
                                             absl::string_view schedule,
-                                            const std::vector<double>& speeds) {
+                                            const std::vector<double>& speeds,
+                                            absl::string_view backend) {
   RETURN_IF_ERROR(ValidateSchedule(schedule));
   if (speeds.empty()) return absl::InvalidArgumentError("num_workers: no workers to plan for");
   PlanRequest request;
@@ -22,6 +23,10 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
   request.seq_len = spec.seq_len();
   request.causal = spec.causal();
   request.speeds = speeds;
+  if (backend == "cuda" || backend == "cudnn") {
+    request.profile = "gpu";
+    request.shape = ShapeOf(spec);  // the CPU profile keeps the search's reference shape
+  }
   absl::StatusOr<Plan> plan = MakePlan(request);
   if (!plan.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("schedule: ", request.schedule,

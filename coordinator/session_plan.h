@@ -20,12 +20,17 @@ struct SessionPlan {
 };
 
 // speeds[r]: relative speed of rank r (1.0 nominal), one entry per placed worker (>= 1).
-// schedule "" means "balanced". INVALID_ARGUMENT (message starting with "schedule: ") when the
-// planner cannot make that schedule for these inputs (e.g. distflash with an odd worker count);
-// INTERNAL if the planner's plan fails its check.
+// schedule "" means "balanced". `backend`: the placed workers' backend as they register it
+// ("cuda" for GPU workers, "cpu"): "cuda" makes "balanced" rank its candidates with the GPU cost
+// profile (GpuCostParams: least true time with per-op overhead, for the session's shape),
+// anything else with the CPU profile (coordinator/planner/planner.h, PlanRequest::profile).
+// INVALID_ARGUMENT (message starting with "schedule: ") when the planner cannot make that
+// schedule for these inputs (e.g. distflash with an odd worker count); INTERNAL if the
+// planner's plan fails its check.
 absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
                                             absl::string_view schedule,
-                                            const std::vector<double>& speeds);
+                                            const std::vector<double>& speeds,
+                                            absl::string_view backend = "cpu");
 
 // Plan steps of one kind summed over all workers (progress denominator of a job).
 int TotalSteps(const v1::Plan& plan, bool backward);

@@ -21,12 +21,15 @@ constexpr char kUsage[] =
     "                [--dtype bf16|f16|f32]] [--causal|--full] [--speeds a,b,...]\n"
     "                --schedule ring|distflash|zigzag|balanced [--json] [--steps|--no-steps]\n"
     "                [--tflops F] [--bandwidth-gbps G (0: free)] [--latency-us L]\n"
-    "                [--op-overhead-us U (per compute op; default 0)]\n";
+    "                [--op-overhead-us U (per compute op; default 0)]\n"
+    "                [--memory-gbps M (per-op fp32 merge traffic; default 0: ignored)]\n"
+    "                [--profile cpu|gpu (cost figures and balanced search; default cpu)]\n";
 
 struct Args {
   PlanRequest request;
   AttentionShape shape;
   CostParams cost;
+  std::string profile = "cpu";
   bool json = false;
   int steps = -1;  // -1: print steps when P <= 8 (text mode)
 };
@@ -55,11 +58,12 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
   a.request.workers = 0;
   bool have_workers = false, have_seq = false, have_kv = false;
   int64_t heads = 32, kv_heads = 32, head_dim = 128, batch = 1;
-  double tflops = 400, gbps = 300, latency_us = 20, overhead_us = 0;
+  // Explicit cost flags override the profile's figures (negative: not given).
+  double tflops = -1, gbps = -1, latency_us = -1, overhead_us = -1, memory_gbps = -1;
   const std::vector<std::string> value_flags = {
       "--workers", "--seq", "--heads", "--kv-heads", "--head-dim", "--batch", "--dtype",
       "--speeds", "--schedule", "--tflops", "--bandwidth-gbps", "--latency-us",
-      "--op-overhead-us"};
+      "--op-overhead-us", "--memory-gbps", "--profile"};
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i], value;
     const size_t eq = flag.find('=');
@@ -116,6 +120,14 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
       RETURN_IF_ERROR(ParseDouble(flag, value, &latency_us));
     } else if (flag == "--op-overhead-us") {
       RETURN_IF_ERROR(ParseDouble(flag, value, &overhead_us));
+    } else if (flag == "--memory-gbps") {
+      RETURN_IF_ERROR(ParseDouble(flag, value, &memory_gbps));
+    } else if (flag == "--profile") {
+      if (value != "cpu" && value != "gpu") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--profile: unknown '", value, "' (cpu or gpu)"));
+      }
+      a.profile = value;
     } else if (flag == "--causal") {
       a.request.causal = true;
     } else if (flag == "--full") {
@@ -142,17 +154,20 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
   if (head_dim > 512 || heads > 4096 || batch > 65536) {
     return absl::InvalidArgumentError("--head-dim must be <= 512, --heads <= 4096, --batch <= 65536");
   }
-  RETURN_IF_ERROR(ValidatePlanRequest(a.request));
   a.shape.batch = static_cast<int>(batch);
   a.shape.q_heads = static_cast<int>(heads);
   a.shape.kv_heads = static_cast<int>(kv_heads);
   a.shape.head_dim = static_cast<int>(head_dim);
-  a.cost.shape = a.shape;
-  a.cost.speeds = a.request.speeds;
-  a.cost.flops_per_second = tflops * 1e12;
-  a.cost.bandwidth_bytes_per_second = gbps * 1e9;
-  a.cost.latency_seconds = latency_us * 1e-6;
-  a.cost.op_overhead_seconds = overhead_us * 1e-6;
+  a.request.profile = a.profile;
+  // The gpu profile's search costs the given shape; the cpu one keeps its reference shape.
+  if (a.profile == "gpu") a.request.shape = a.shape;
+  RETURN_IF_ERROR(ValidatePlanRequest(a.request));
+  ASSIGN_OR_RETURN(a.cost, CostParamsForProfile(a.profile, a.shape, a.request.speeds));
+  if (tflops >= 0) a.cost.flops_per_second = tflops * 1e12;
+  if (gbps >= 0) a.cost.bandwidth_bytes_per_second = gbps * 1e9;
+  if (latency_us >= 0) a.cost.latency_seconds = latency_us * 1e-6;
+  if (overhead_us >= 0) a.cost.op_overhead_seconds = overhead_us * 1e-6;
+  if (memory_gbps >= 0) a.cost.memory_bandwidth_bytes_per_second = memory_gbps * 1e9;
   return a;
 }
 
@@ -187,14 +202,14 @@ int RunPlanCommand(int argc, char** argv) {
     return 2;
   }
   if (args->json) {
-    std::printf("%s\n", FormatJson(*plan, *cost, *check, args->steps == 1).c_str());
+    std::printf("%s\n", FormatJson(*plan, *cost, *check, args->steps == 1, args->profile).c_str());
     return 0;
   }
   if (args->steps == 1 || (args->steps == -1 && plan->num_workers() <= 8)) {
     std::printf("forward steps:\n%s", FormatSteps(*plan, false).c_str());
     if (args->steps == 1) std::printf("backward steps:\n%s", FormatSteps(*plan, true).c_str());
   }
-  std::printf("%s", FormatCost(*plan, *cost, *check).c_str());
+  std::printf("profile: %s\n%s", args->profile.c_str(), FormatCost(*plan, *cost, *check).c_str());
   return 0;
 }
 

@@ -13,9 +13,10 @@
 // every other worker over one link. So "balanced" is a cost-model search over this plan, zigzag
 // and the striped ring (striped_ring_schedule.cc) at several piece sizes (its backward also with
 // its transfers spread by BalanceTransfers) and the 2-D tiled plans, ranked by the cost model for
-// an H200-like worker (32 heads of 128, bf16, 400 TFLOP/s, 300 GB/s, 20 us) at the given speeds:
-// the cheapest with kSearchOpOverheadSeconds per op among those whose balance (worse pass,
-// no overhead) is within kBalanceTarget, else the best balanced (see Better below).
+// an H200-like worker at the given speeds. Profile "cpu" (32 heads of 128, bf16, 400 TFLOP/s,
+// 300 GB/s, 20 us): the cheapest with kSearchOpOverheadSeconds per op among those whose balance
+// (worse pass, no overhead) is within kBalanceTarget, else the best balanced. Profile "gpu":
+// the least true time under GpuCostParams (see Better below).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -143,17 +144,22 @@ Plan MakeSpeedProportionalPlan(const PlanRequest& r) {
 
 namespace {
 
-// How the search ranks candidates. Each is costed twice with H200-like figures (32 heads of 128,
-// bf16, 400 TFLOP/s, 300 GB/s, 20 us per message): without per-op overhead (its balance: the
-// worse of the forward and backward makespan/ideal ratios, each pass must be balanced on its
-// own) and with kSearchOpOverheadSeconds per compute op (what a GPU pays per kernel launch).
-// Among the candidates whose balance is within kBalanceTarget, the one with the smallest cost
-// with overhead wins (fewer, larger ops when they cost no balance); when none is, the best
-// balanced one. Each cost adds 0.25 x total time / total ideal to break near-ties.
+// How the search ranks candidates.
+// Profile "cpu" (balance first): each is costed twice with the CPU profile's H200-like figures
+// (400 TFLOP/s, 300 GB/s, 20 us per message): without per-op overhead (its balance: the worse
+// of the forward and backward makespan/ideal ratios, each pass must be balanced on its own) and
+// with kSearchOpOverheadSeconds per compute op (what a GPU pays per kernel launch). Among the
+// candidates whose balance is within kBalanceTarget, the one with the smallest cost with
+// overhead wins (fewer, larger ops when they cost no balance); when none is, the best balanced
+// one. Each cost adds 0.25 x total time / total ideal to break near-ties.
+// Profile "gpu" (true time): each is costed once with GpuCostParams (per-op overhead and merge
+// traffic included) and the least forward + backward makespan wins: on a GPU a few large ops
+// beat a finer balance (docs/planner.md, "GPU profile").
 struct Score {
   double balance = std::numeric_limits<double>::infinity();  // worse pass ratio, no overhead
   double balance_cost = std::numeric_limits<double>::infinity();
   double overhead_cost = std::numeric_limits<double>::infinity();
+  double true_seconds = std::numeric_limits<double>::infinity();  // "gpu": fwd + bwd makespan
 };
 
 double Objective(const PlanCost& c) {
@@ -163,10 +169,15 @@ double Objective(const PlanCost& c) {
          (ideal > 0 ? 0.25 * total / ideal : 0);
 }
 
-Score Evaluate(Plan plan, CostParams params) {
+Score Evaluate(Plan plan, CostParams params, bool true_time) {
   planner_internal::EqualizeSteps(plan);
   if (!HasBackwardSteps(plan)) DeriveBackwardSteps(plan);
   Score score;
+  if (true_time) {
+    absl::StatusOr<PlanCost> c = EstimateCost(plan, params);
+    if (c.ok()) score.true_seconds = c->forward.makespan_seconds + c->backward.makespan_seconds;
+    return score;
+  }
   params.op_overhead_seconds = 0;
   absl::StatusOr<PlanCost> c = EstimateCost(plan, params);
   if (!c.ok()) return score;
@@ -179,7 +190,8 @@ Score Evaluate(Plan plan, CostParams params) {
 }
 
 // Whether `a` is a better pick than `b` (see above).
-bool Better(const Score& a, const Score& b) {
+bool Better(const Score& a, const Score& b, bool true_time) {
+  if (true_time) return a.true_seconds < b.true_seconds * (1 - 1e-9);
   const bool fa = a.balance <= kBalanceTarget, fb = b.balance <= kBalanceTarget;
   if (fa != fb) return fa;
   if (fa) return a.overhead_cost < b.overhead_cost * (1 - 1e-9);
@@ -192,14 +204,14 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   const int P = r.workers;
   std::vector<double> speeds = r.speeds;
   if (speeds.empty()) speeds.assign(P, 1.0);
-  CostParams params;
-  params.shape = AttentionShape{1, 32, 32, 128, DType::kBF16};
-  params.speeds = speeds;
+  const bool true_time = r.profile == "gpu";
+  const CostParams params =
+      true_time ? GpuCostParams(r.shape, speeds) : CpuCostParams(r.shape, speeds);
   Plan best = MakeSpeedProportionalPlan(r);
-  Score best_score = Evaluate(best, params);
+  Score best_score = Evaluate(best, params, true_time);
   auto consider = [&](Plan candidate) {
-    const Score score = Evaluate(candidate, params);
-    if (Better(score, best_score)) {
+    const Score score = Evaluate(candidate, params, true_time);
+    if (Better(score, best_score, true_time)) {
       best = std::move(candidate);
       best_score = score;
     }
@@ -208,6 +220,16 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     Plan zigzag = MakeZigzagPlan(r);
     zigzag.schedule = "balanced";
     consider(std::move(zigzag));
+  }
+  if (true_time) {  // The fixed schedules too: the least true time may be one of them.
+    Plan ring = MakeRingPlan(r);
+    ring.schedule = "balanced";
+    consider(std::move(ring));
+    if (P % 2 == 0) {
+      Plan distflash = MakeDistFlashPlan(r);
+      distflash.schedule = "balanced";
+      consider(std::move(distflash));
+    }
   }
   const double slowest = *std::min_element(speeds.begin(), speeds.end());
   // Striped rings with pieces of about 1/g of the slowest worker's pairs, g = 1..8.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -20,6 +21,16 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
   const double flops_per_pair = 4.0 * p.shape.batch * p.shape.q_heads * p.shape.head_dim *
                                 (fwd ? 1.0 : 2.5);
   const double unit = std::pow(static_cast<double>(plan.seq_len) / P, 2);
+  // Seconds of fp32 accumulate traffic per query row and per key/value row of one op (read +
+  // write); 0 without a memory bandwidth.
+  double merge_per_q_row = 0, merge_per_kv_row = 0;
+  if (p.memory_bandwidth_bytes_per_second > 0) {
+    const double b = p.shape.batch, hd = static_cast<double>(p.shape.head_dim);
+    const double q_bytes = fwd ? b * p.shape.q_heads * (hd + 1) * 4 : b * p.shape.q_heads * hd * 4;
+    const double kv_bytes = fwd ? 0 : 2 * b * p.shape.kv_heads * hd * 4;
+    merge_per_q_row = 2 * q_bytes / p.memory_bandwidth_bytes_per_second;
+    merge_per_kv_row = 2 * kv_bytes / p.memory_bandwidth_bytes_per_second;
+  }
   size_t steps = 0;
   for (const WorkerPlan& w : plan.workers) steps = std::max(steps, (fwd ? w.forward : w.backward).size());
   PassCost cost;
@@ -38,7 +49,9 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
             c.q_rows.begin, c.q_rows.size(), c.kv_rows.begin, c.kv_rows.size(), plan.mask()));
         const double seconds = pairs * flops_per_pair / p.flops_per_second;
         total_compute += seconds;
-        compute[w][t] += seconds / speeds[w] + p.op_overhead_seconds;
+        compute[w][t] += seconds / speeds[w] + p.op_overhead_seconds +
+                         merge_per_q_row * static_cast<double>(c.q_rows.size()) +
+                         merge_per_kv_row * static_cast<double>(c.kv_rows.size());
         cost.workers[w].work_units += pairs / unit;
         ++cost.workers[w].compute_ops;
       }
@@ -152,10 +165,42 @@ absl::StatusOr<PlanCost> EstimateCost(const Plan& plan, const CostParams& params
   if (!(params.op_overhead_seconds >= 0) || !std::isfinite(params.op_overhead_seconds)) {
     return absl::InvalidArgumentError("op_overhead_seconds must be >= 0 and finite");
   }
+  if (!(params.memory_bandwidth_bytes_per_second >= 0) ||
+      !std::isfinite(params.memory_bandwidth_bytes_per_second)) {
+    return absl::InvalidArgumentError("memory_bandwidth_bytes_per_second must be >= 0 and finite");
+  }
   PlanCost cost;
   cost.forward = EstimatePass(plan, params, speeds, true);
   cost.backward = EstimatePass(plan, params, speeds, false);
   return cost;
+}
+
+CostParams CpuCostParams(const AttentionShape& shape, std::vector<double> speeds) {
+  CostParams p;
+  p.shape = shape;
+  p.speeds = std::move(speeds);
+  return p;
+}
+
+CostParams GpuCostParams(const AttentionShape& shape, std::vector<double> speeds) {
+  CostParams p;
+  p.shape = shape;
+  p.speeds = std::move(speeds);
+  p.flops_per_second = 600e12;
+  p.bandwidth_bytes_per_second = 300e9;
+  p.latency_seconds = 100e-6;
+  p.op_overhead_seconds = 60e-6;
+  p.memory_bandwidth_bytes_per_second = 3e12;
+  return p;
+}
+
+absl::StatusOr<CostParams> CostParamsForProfile(const std::string& profile,
+                                                const AttentionShape& shape,
+                                                std::vector<double> speeds) {
+  if (profile == "cpu") return CpuCostParams(shape, std::move(speeds));
+  if (profile == "gpu") return GpuCostParams(shape, std::move(speeds));
+  return absl::InvalidArgumentError(
+      absl::StrCat("profile: unknown '", profile, "' (expected cpu or gpu)"));
 }
 
 }  // namespace dfa

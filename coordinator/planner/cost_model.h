@@ -3,7 +3,13 @@
 // Compute: a unit costs its visible (query, key) pairs x 4·B·Hq·D FLOPs (backward: x2.5, as
 // ANCHORS.md counts) at `flops_per_second` x the worker's relative speed, plus
 // `op_overhead_seconds` per compute op (kernel launch, prologue, accumulate pass: what a real GPU
-// pays per unit whatever its size; not scaled by speed, and not part of the ideal).
+// pays per unit whatever its size; not scaled by speed, and not part of the ideal), plus, when
+// `memory_bandwidth_bytes_per_second` > 0, the op's fp32 accumulate traffic at that bandwidth:
+// a forward op LSE-merges its result into an fp32 accumulator (own output or a partial buffer),
+// reading and writing q_rows x Hq x D x 4 B (+ the LSE); a backward op adds into the fp32 dQ
+// (q_rows x Hq x D) and dK/dV (2 x kv_rows x Hkv x D) accumulators, read and write. Neither is
+// scaled by speed nor part of the ideal. GpuCostParams / CpuCostParams below are the two
+// named profiles (docs/planner.md, "GPU profile").
 // Communication: a message costs latency + bytes / bandwidth; each worker has one outgoing and
 // one incoming link, each carrying one message at a time. A message starts when both sides
 // have posted it.
@@ -20,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "coordinator/planner/plan.h"
@@ -37,7 +44,21 @@ struct CostParams {
   // search charges kSearchOpOverheadSeconds (planner.h) so that it does not cut work into many
   // small pieces for a hair of balance (docs/planner.md, "Per-op overhead").
   double op_overhead_seconds = 0;
+  // Device memory bandwidth for the per-op accumulate (merge) traffic; 0 (the default): ignored.
+  double memory_bandwidth_bytes_per_second = 0;
 };
+
+// The named profiles. "cpu": the figures `dfa plan` has always printed (400 TFLOP/s, 300 GB/s,
+// 20 us, no per-op or merge cost): a plan's balance alone. "gpu": H200-like workers running
+// cuDNN-class kernels, measured on 2xH200 (docs/planner.md): 600 TFLOP/s, 300 GB/s NVLink per
+// direction, 100 us per message (NCCL floor ~110 us per exchange), 60 us per compute op, merge
+// traffic at 3 TB/s. `speeds` as in CostParams (empty: all 1).
+CostParams CpuCostParams(const AttentionShape& shape, std::vector<double> speeds = {});
+CostParams GpuCostParams(const AttentionShape& shape, std::vector<double> speeds = {});
+// "cpu" or "gpu"; INVALID_ARGUMENT (naming `profile`) otherwise.
+absl::StatusOr<CostParams> CostParamsForProfile(const std::string& profile,
+                                                const AttentionShape& shape,
+                                                std::vector<double> speeds = {});
 
 struct WorkerCost {
   double busy_seconds = 0;
@@ -66,7 +87,7 @@ struct PlanCost {
 };
 
 // INVALID_ARGUMENT for speeds of the wrong count or not positive, non-positive flops, negative
-// bandwidth, latency or op overhead. The plan is assumed to pass CheckPlan.
+// bandwidth, latency, op overhead or memory bandwidth. The plan is assumed to pass CheckPlan.
 absl::StatusOr<PlanCost> EstimateCost(const Plan& plan, const CostParams& params);
 
 }  // namespace dfa

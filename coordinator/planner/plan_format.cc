@@ -110,11 +110,12 @@ std::string FormatCost(const Plan& plan, const PlanCost& cost, const CheckReport
 }
 
 std::string FormatJson(const Plan& plan, const PlanCost& cost, const CheckReport& check,
-                       bool with_steps) {
+                       bool with_steps, const std::string& profile) {
   std::string out = absl::StrFormat(
-      "{\"schedule\":\"%s\",\"workers\":%d,\"seq_len\":%d,\"causal\":%s,\"makespan_ratio\":%.9g,"
+      "{%s\"schedule\":\"%s\",\"workers\":%d,\"seq_len\":%d,\"causal\":%s,\"makespan_ratio\":%.9g,"
       "\"compute_makespan_ratio\":%.9g,\"backward_makespan_ratio\":%.9g,\"max_peak_buffer_bytes\":%d,"
       "\"forward\":%s,\"backward\":%s",
+      profile.empty() ? std::string() : absl::StrCat("\"profile\":\"", profile, "\","),
       plan.schedule, plan.num_workers(), plan.seq_len, plan.causal ? "true" : "false",
       cost.forward.makespan_ratio, cost.forward.compute_makespan_ratio,
       cost.backward.makespan_ratio, check.max_peak_bytes,

@@ -94,6 +94,17 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
       }
     }
   }
+  if (r.profile != "cpu" && r.profile != "gpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile: unknown '", r.profile, "' (expected cpu or gpu)"));
+  }
+  if (r.shape.batch < 1 || r.shape.q_heads < 1 || r.shape.kv_heads < 1 || r.shape.head_dim < 1 ||
+      r.shape.q_heads % r.shape.kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape: batch, q_heads, kv_heads, head_dim must be >= 1 and q_heads a multiple of "
+        "kv_heads, got ", r.shape.batch, ", ", r.shape.q_heads, ", ", r.shape.kv_heads, ", ",
+        r.shape.head_dim));
+  }
   if (r.schedule == "distflash") {
     if (r.workers % 2 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -4,8 +4,9 @@
 //   distflash the DistFlashAttn paper's Algorithm 2 (even P only): P/2+1 forward steps;
 //             helpers compute later workers' queries against their own K/V and return partials.
 //   zigzag    worker i owns chunks i and 2P-1-i of 2P; K/V pairs travel around the ring.
-//   balanced  ours, a cost-model search (H200-like figures; balance first, then per-op cost:
-//             kBalanceTarget, kSearchOpOverheadSeconds below) over:
+//   balanced  ours, a cost-model search (profile "cpu": H200-like figures, balance first, then
+//             per-op cost: kBalanceTarget, kSearchOpOverheadSeconds below; profile "gpu": least
+//             true time under GpuCostParams, ring/zigzag/distflash included) over:
 //             the striped ring (mirrored front/back ranges sized by speed, so any speeds are
 //             balanced exactly; equal-size K/V pieces travel the ring, several piece sizes
 //             tried), zigzag, contiguous speed-proportional shards with K/V sent straight
@@ -37,10 +38,20 @@ struct PlanRequest {
   bool causal = true;
   // Relative worker speeds (empty: all 1). Used by "balanced" to size the shards.
   std::vector<double> speeds;
+  // The cost profile "balanced" ranks its candidates with (cost_model.h): "cpu" (default:
+  // balance within kBalanceTarget first, then the cheapest at kSearchOpOverheadSeconds per op)
+  // or "gpu" (GpuCostParams: the candidate with the least forward + backward makespan including
+  // per-op overhead and merge traffic, i.e. the true expected time; ring, zigzag and distflash
+  // are candidates too). Other schedules ignore it.
+  std::string profile = "cpu";
+  // The session's per-token shape, used by "balanced" to cost candidates. The default is the
+  // reference shape the search has always used (32 heads of 128, bf16).
+  AttentionShape shape{1, 32, 32, 128, DType::kBF16};
 };
 
 // INVALID_ARGUMENT naming the field for: workers < 1, seq_len < workers, speeds of the wrong
-// count or not positive/finite, an unknown schedule, distflash with odd workers.
+// count or not positive/finite, an unknown schedule, distflash with odd workers, an unknown
+// profile, a shape with a non-positive size or q_heads not a multiple of kv_heads.
 absl::Status ValidatePlanRequest(const PlanRequest& request);
 
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request);

@@ -64,8 +64,14 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   req.workers = P;
   req.seq_len = S;
   req.causal = causal;
-  if (schedule == "balanced" && P >= 3) {  // unequal speeds too
+  if ((schedule == "balanced" || schedule == "balanced_gpu") && P >= 3) {  // unequal speeds too
     for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
+  }
+  if (schedule == "balanced_gpu") {  // the GPU profile's search (least true time)
+    req.schedule = "balanced";
+    req.profile = "gpu";
+    req.shape =
+        AttentionShape{shape.batch, shape.q_heads, shape.kv_heads, shape.head_dim, shape.dtype};
   }
   absl::StatusOr<Plan> plan;
   if (schedule == "striped" || schedule == "striped_bb") {
@@ -143,8 +149,8 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllSchedules, SimulationTest,
-    ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced",
-                                         "striped", "striped_bb", "tiled", "tiled_pf"),
+    ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced", "striped",
+                                         "striped_bb", "tiled", "tiled_pf", "balanced_gpu"),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +
