@@ -43,6 +43,35 @@ TEST(PlanCommandTest, JsonReportsTheMakespanRatio) {
   EXPECT_NE(b.out.find("\"bytes_received\""), std::string::npos);
 }
 
+// --profile gpu: GPU figures (and the GPU search) at P = 2, 16K: few ops, not slower than zigzag;
+// explicit flags override single figures; JSON names the profile.
+TEST(PlanCommandTest, GpuProfilePicksFewOpsAndNamesItself) {
+  const std::vector<std::string> base = {"--workers", "2", "--seq", "16384", "--causal",
+                                         "--json", "--profile", "gpu"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return RunPlan(a);
+  };
+  Result b = with({"--schedule", "balanced"});
+  Result z = with({"--schedule", "zigzag"});
+  ASSERT_EQ(b.code, 0) << b.err;
+  ASSERT_EQ(z.code, 0) << z.err;
+  EXPECT_EQ(b.out.rfind("{\"profile\":\"gpu\"", 0), 0u) << b.out.substr(0, 80);
+  const double bt = JsonNumber(b.out, "makespan_seconds"), zt = JsonNumber(z.out, "makespan_seconds");
+  EXPECT_GT(bt, 0);
+  EXPECT_LE(bt, zt * (1 + 1e-9));  // forward makespan (first in the JSON)
+  EXPECT_LE(JsonNumber(b.out, "compute_ops"), 8);
+  Result cpu = RunPlan({"--workers", "2", "--seq", "16384", "--schedule", "balanced", "--json"});
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  EXPECT_NE(cpu.out.find("\"profile\":\"cpu\""), std::string::npos);
+  EXPECT_GT(JsonNumber(cpu.out, "compute_ops"), 8);  // the CPU rule: many small pieces
+  // An explicit figure overrides the profile's: no per-op overhead, no merge -> faster.
+  Result free_ops = with({"--schedule", "zigzag", "--op-overhead-us", "0", "--memory-gbps", "0"});
+  ASSERT_EQ(free_ops.code, 0) << free_ops.err;
+  EXPECT_LT(JsonNumber(free_ops.out, "makespan_seconds"), zt);
+}
+
 TEST(PlanCommandTest, TextPrintsStepsBusyIdleAndBytes) {
   Result r = RunPlan({"--workers", "3", "--seq", "300", "--heads", "8", "--kv-heads", "2",
                   "--full", "--speeds", "1,2,1", "--schedule", "balanced"});
@@ -65,6 +94,7 @@ TEST(PlanCommandTest, BadInputGivesAClearErrorAndNonZeroExit) {
       {{"--workers", "2", "--seq", "8", "--schedule", "ring", "--bogus"}, "unknown flag"},
       {{"--workers", "2", "--seq", "8", "--schedule", "balanced", "--speeds", "1,0"}, "speeds"},
       {{"--workers", "2", "--seq"}, "needs a value"},
+      {{"--workers", "2", "--seq", "8", "--schedule", "ring", "--profile", "tpu"}, "--profile"},
   };
   for (const auto& [args, want] : cases) {
     Result r = RunPlan(args);
