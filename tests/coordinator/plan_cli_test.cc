@@ -58,7 +58,8 @@ TEST(PlanCommandTest, GpuProfilePicksFewOpsAndNamesItself) {
   ASSERT_EQ(b.code, 0) << b.err;
   ASSERT_EQ(z.code, 0) << z.err;
   EXPECT_EQ(b.out.rfind("{\"profile\":\"gpu\"", 0), 0u) << b.out.substr(0, 80);
-  const double bt = JsonNumber(b.out, "makespan_seconds"), zt = JsonNumber(z.out, "makespan_seconds");
+  const double bt = JsonNumber(b.out, "makespan_seconds");
+  const double zt = JsonNumber(z.out, "makespan_seconds");
   EXPECT_GT(bt, 0);
   EXPECT_LE(bt, zt * (1 + 1e-9));  // forward makespan (first in the JSON)
   EXPECT_LE(JsonNumber(b.out, "compute_ops"), 8);
