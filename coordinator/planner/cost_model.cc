@@ -26,7 +26,8 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
   double merge_per_q_row = 0, merge_per_kv_row = 0;
   if (p.memory_bandwidth_bytes_per_second > 0) {
     const double b = p.shape.batch, hd = static_cast<double>(p.shape.head_dim);
-    const double q_bytes = fwd ? b * p.shape.q_heads * (hd + 1) * 4 : b * p.shape.q_heads * hd * 4;
+    // Forward: output + LSE merged; backward: dQ added (dK/dV below).
+    const double q_bytes = b * p.shape.q_heads * (fwd ? hd + 1 : hd) * 4;
     const double kv_bytes = fwd ? 0 : 2 * b * p.shape.kv_heads * hd * 4;
     merge_per_q_row = 2 * q_bytes / p.memory_bandwidth_bytes_per_second;
     merge_per_kv_row = 2 * kv_bytes / p.memory_bandwidth_bytes_per_second;
