@@ -1,13 +1,22 @@
 // Backward instantiation: f16, head dim 64 (one per file so nvcc builds them in parallel).
-// On sm_90 (Hopper) the wgmma kernel runs (flash_bwd_sm90.cuh, 128 key rows x 64 query rows);
+// On sm_90 (Hopper) the warp-specialised TMA kernel runs (flash_bwd_sm90_ws.cuh), or the cp.async
+// wgmma kernel (flash_bwd_sm90.cuh, same tiles: 128 key rows x 64 query rows) with
+// DFA_CUDA_BWD_WS=0 or strides TMA cannot describe;
 // elsewhere the mma.sync one (flash_bwd_kernel.cuh).
 #include "kernels/cuda/flash_bwd_kernel.cuh"
 #include "kernels/cuda/flash_bwd_sm90.cuh"
+#include "kernels/cuda/flash_bwd_sm90_ws.cuh"
 #include "kernels/cuda/sm90_dispatch.h"
 
 namespace dfa::cuda {
 cudaError_t LaunchBwdF16Hdim64(const BwdParams& p, cudaStream_t stream) {
-  if (UseSm90Kernels()) return LaunchBwdSm90<__half, 64>(p, stream);
+  if (UseSm90Kernels()) {
+    if (UseSm90WsBackward()) {  // TMA + warp specialisation; NotSupported: strides TMA cannot map
+      const cudaError_t err = LaunchBwdSm90Ws<__half, 64>(p, stream);
+      if (err != cudaErrorNotSupported) return err;
+    }
+    return LaunchBwdSm90<__half, 64>(p, stream);
+  }
   return LaunchBwd<__half, 64, 64, 64, 4>(p, stream);  // kD, kBlockM, kBlockN, kNWarps
 }
 }  // namespace dfa::cuda

@@ -48,4 +48,31 @@ inline bool UseSm90FwdPingPong() {
   return enabled;
 }
 
+// The Hopper backward kernel when DFA_CUDA_BWD_WS is unset: the warp-specialised TMA kernel
+// (true) or the cp.async one (false). Becomes true once the TMA kernel is checked on the GPU.
+inline constexpr bool kSm90WsBackwardDefault = false;
+
+// True when the Hopper backward runs the warp-specialised TMA kernel (flash_bwd_sm90_ws.cuh,
+// where TMA can describe the tensors) instead of the cp.async one (flash_bwd_sm90.cuh):
+// DFA_CUDA_BWD_WS=1 / =0 force either, unset gives kSm90WsBackwardDefault.
+inline bool UseSm90WsBackward() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_WS");
+    if (e == nullptr || e[0] == '\0') return kSm90WsBackwardDefault;
+    return e[0] != '0';
+  }();
+  return enabled;
+}
+
+// True unless DFA_CUDA_BWD_DQ_BULK is "0": the warp-specialised backward (head dim 128) stages
+// dQ in shared memory and a producer warp adds it to dq with bulk reduce-add copies; with "0"
+// the consumer warps add it with float2 atomics.
+inline bool UseSm90BwdDqBulk() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_DQ_BULK");
+    return e == nullptr || e[0] != '0';
+  }();
+  return enabled;
+}
+
 }  // namespace dfa::cuda

@@ -86,4 +86,34 @@ __device__ inline void NamedBarrierArrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Bulk reduction of `bytes` (a multiple of 16; both addresses 16-byte aligned) of fp32 from
+// shared memory into global memory (element-wise atomic add), in the calling thread's bulk
+// group. The source may be rewritten after BulkWaitRead, the result is visible after BulkWait.
+__device__ inline void BulkReduceAddF32(float* gmem_dst, const float* smem_src, uint32_t bytes) {
+#ifdef DFA_WGMMA
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+          gmem_dst),
+      "r"(SmemAddr(smem_src)), "r"(bytes)
+      : "memory");
+#endif
+}
+__device__ inline void BulkCommit() {
+#ifdef DFA_WGMMA
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until every bulk group of this thread has read its source.
+__device__ inline void BulkWaitRead() {
+#ifdef DFA_WGMMA
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+// Waits until every bulk group of this thread has completed.
+__device__ inline void BulkWait() {
+#ifdef DFA_WGMMA
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 }  // namespace dfa::cuda
