@@ -119,7 +119,7 @@ struct ScratchAllocator {
 struct BackendOptions {
   int num_threads = 0;  // cpu: worker threads (0: hardware concurrency)
   int device = 0;       // cuda: device ordinal
-  ScratchAllocator scratch;  // cudnn: where its scratch and workspace come from (see above)
+  ScratchAllocator scratch = {};  // cudnn: its scratch and workspace (see above)
 };
 
 class AttentionBackend {
