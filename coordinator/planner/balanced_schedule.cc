@@ -255,6 +255,30 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
       }
     }
     consider(std::move(striped));
+    // The same ring with the K/V-stationary backward (query pieces travel, dQ partials return
+    // home): fewer bytes per step than K/V + fp32 dK/dV, the backward's limit at large P.
+    if (P >= 2) {
+      Plan kvs = MakeStripedRingPlan(r, pieces, /*kv_stationary_backward=*/true);
+      planner_internal::EqualizeSteps(kvs);
+      if (P >= 3) {
+        Plan spread = kvs;
+        planner_internal::BalanceTransfers(spread, params, 1, /*forward=*/false);
+        consider(std::move(spread));
+      }
+      consider(std::move(kvs));
+    }
+  }
+  // The cut ring (cut_ring_schedule.cc): the striped ring's layout with steps cut by work, exact
+  // for speeds that are not multiples of one another (where the striped ring's rounded piece
+  // counts make unequal steps). Many small ops: the op-overhead rule takes it only when needed.
+  if (!true_time && *std::max_element(speeds.begin(), speeds.end()) > slowest) {
+    for (const CutRingOptions& options :
+         {CutRingOptions{1.25, 2, true}, CutRingOptions{1.25, 4, true},
+          CutRingOptions{2, 4, true}}) {
+      if (!CutRingApplies(r, options)) continue;
+      Plan cut = MakeCutRingPlan(r, options);
+      if (!cut.workers.empty()) consider(std::move(cut));
+    }
   }
   // 2-D tiles (tiled_schedule.cc): less data per worker; pays off at large P with fast workers.
   if (P >= 16) {

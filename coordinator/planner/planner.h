@@ -69,6 +69,31 @@ Plan MakeSpeedProportionalPlan(const PlanRequest& request);
 // back range sized by its speed, cut into pieces[w] (>= 1) K/V pieces that travel the ring.
 // Needs seq_len >= 2 * (sum of pieces) for every piece to have rows in both halves.
 Plan MakeStripedRingPlan(const PlanRequest& request, const std::vector<int>& pieces);
+// The same with, when kv_stationary_backward, its own backward (filled in; MakePlan keeps it):
+// the ring over query pieces instead, K/V stay home. Worker i at step t receives (from i-1, who
+// forwards it) the Q, dO, LSE, D (kGradIn) of the piece the forward's step t used as K/V,
+// computes it against its own K/V (dK/dV accumulate locally, no dK/dV partials), and returns
+// the piece's dQ partial to its owner in step t+1. Per piece pair ~64 KiB on the wire instead
+// of ~96 KiB (K/V + fp32 dK/dV), and no owner receives more than ~1 dQ partial per step.
+Plan MakeStripedRingPlan(const PlanRequest& request, const std::vector<int>& pieces,
+                         bool kv_stationary_backward);
+
+// The cut ring (cut_ring_schedule.cc): the striped ring's layout with ownership exactly
+// proportional to speed for any speeds, pieces of about F / (T * pieces_per_step) pairs
+// (F = seq_len / 2), and each worker's work list cut into T = ceil(steps_factor * F / x_min)
+// steps of equal work (x_min: the smallest worker's pairs), so all workers' steps take the same
+// time. Pieces travel the ring (forwarded by the previous worker) up to the last worker that
+// needs them. kv_stationary_backward: the backward is the same ring over query pieces (kGradIn
+// forwarded, dQ partials home, dK/dV stay); otherwise MakePlan derives it.
+struct CutRingOptions {
+  double steps_factor = 2;     // >= 1: each worker meets a piece >= 1 step after its predecessor
+  double pieces_per_step = 1;  // piece size relative to one step's share of the key axis
+  bool kv_stationary_backward = true;
+};
+bool CutRingApplies(const PlanRequest& request, const CutRingOptions& options);
+// A plan with no workers when the options leave a worker without a piece in time (never for
+// steps_factor >= 2; the search skips such candidates).
+Plan MakeCutRingPlan(const PlanRequest& request, const CutRingOptions& options);
 
 // The 2-D tiled plan (tiled_schedule.cc): workers in `groups` groups of consecutive workers;
 // each computes its group's queries against a speed-proportional share of the keys, so it
@@ -89,6 +114,10 @@ struct TiledOptions {
   // against them (one peer per step: its partial output / dQ leaves during the next), then the
   // own queries against one of them per step. head_fraction is ignored (all own rows lead).
   int late_pieces = 0;
+  // Ownership inside a group follows speed^owner_speed_power (each group's query block stays
+  // proportional to its speed, so tiles stay proportional to speed): 1 = proportional; less
+  // gives fast workers fewer owned rows and so fewer partials to receive.
+  double owner_speed_power = 1.0;
 };
 // Whether MakeTiledPlan supports the request (seq_len >= 8 * workers, sane options).
 bool TiledPlanApplies(const PlanRequest& request, const TiledOptions& options);

@@ -18,7 +18,9 @@
 // and the transfer of step t+1 overlaps the compute of step t. Each step of each worker costs
 // 2·x_i·y/s_i: the same for all workers when pieces are equal, so no one waits.
 // The backward pass derives from it: a dK/dV partial goes back to the piece's owner in the step
-// after its use, overlapping that step's compute (partials are merged one step later).
+// after its use, overlapping that step's compute (partials are merged one step later). Or, with
+// kv_stationary_backward, the backward is the same ring over query pieces (see below): fewer
+// bytes (no fp32 dK/dV on the wire), so it stays within the links at large P.
 #include <algorithm>
 #include <cmath>
 
@@ -50,6 +52,11 @@ std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& 
 }  // namespace
 
 Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces) {
+  return MakeStripedRingPlan(r, pieces, /*kv_stationary_backward=*/false);
+}
+
+Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
+                         bool kv_stationary_backward) {
   const int P = r.workers;
   const int64_t S = r.seq_len;
   Plan plan;
@@ -111,6 +118,39 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces) {
       }
     }
   }
+  if (!kv_stationary_backward) return plan;
+  // The K/V-stationary backward: the same ring with the roles of queries and keys swapped. At
+  // step t worker i computes the query piece the forward's step t used as K/V (its Q, dO, LSE, D
+  // travel the ring as kGradIn) against its own K/V: dK/dV accumulate at home (no dK/dV
+  // partials at all), and the piece's dQ partial goes straight to its owner in step t+1. Per
+  // piece pair on the links: grad_in 2 x (8 KiB + 128 B) plus one fp32 dQ partial, 32 KiB,
+  // against K/V 32 KiB plus fp32 dK/dV 64 KiB for the derived backward.
+  using planner_internal::StepAt;
+  auto transfer = [&](int t, int from, int to, PlanTensor tensor, RowRange rows) {
+    StepAt(plan.workers[from].backward, t).sends.push_back(Transfer{to, tensor, rows});
+    StepAt(plan.workers[to].backward, t).recvs.push_back(Transfer{from, tensor, rows});
+  };
+  for (int i = 0; i < P; ++i) {
+    const int n = std::max(1, pieces[i]);
+    const int pred = (i + P - 1) % P;
+    for (int t = 0; t < N; ++t) {
+      const Piece& piece = all[((first[i] + n - 1 - t) % N + N) % N];
+      for (const RowRange& q : ranges(piece)) {
+        if (piece.owner != i) transfer(t, pred, i, PlanTensor::kGradIn, q);
+        bool used = false;
+        for (const RowRange& kv : plan.workers[i].owned) {
+          if (VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), plan.mask()) > 0) {
+            StepAt(plan.workers[i].backward, t).computes.push_back(ComputeOp{q, kv});
+            used = true;
+          }
+        }
+        if (used && piece.owner != i) transfer(t + 1, i, piece.owner, PlanTensor::kDqPartial, q);
+      }
+    }
+  }
+  size_t steps = 0;
+  for (const WorkerPlan& w : plan.workers) steps = std::max(steps, w.backward.size());
+  for (WorkerPlan& w : plan.workers) w.backward.resize(steps);
   return plan;
 }
 

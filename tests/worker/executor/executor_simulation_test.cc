@@ -105,6 +105,22 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
     plan = MakeTiledPlan(req, options);
     planner_internal::EqualizeSteps(*plan);
     DeriveBackwardSteps(*plan);
+  } else if (schedule == "ring_kvs") {
+    // K/V-stationary backwards (query pieces travel, dQ partials home, dK/dV stay): the cut ring
+    // (steps cut by work, tiny pieces) for even P, the striped ring with 1-3 pieces otherwise.
+    req.schedule = "balanced";
+    for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
+    if (P % 2 == 0) {
+      const CutRingOptions options{2.0 + P % 4 / 2, 2, true};
+      ASSERT_TRUE(CutRingApplies(req, options));
+      plan = MakeCutRingPlan(req, options);
+      ASSERT_FALSE(plan->workers.empty());
+    } else {
+      std::vector<int> pieces;
+      for (int w = 0; w < P; ++w) pieces.push_back(1 + w % 3);
+      plan = MakeStripedRingPlan(req, pieces, /*kv_stationary_backward=*/true);
+      planner_internal::EqualizeSteps(*plan);
+    }
   } else {
     plan = MakePlan(req);
   }
@@ -150,7 +166,8 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
 INSTANTIATE_TEST_SUITE_P(
     AllSchedules, SimulationTest,
     ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced", "striped",
-                                         "striped_bb", "tiled", "tiled_pf", "balanced_gpu"),
+                                         "striped_bb", "tiled", "tiled_pf", "balanced_gpu",
+                                         "ring_kvs"),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +
