@@ -1,7 +1,7 @@
 // Backward instantiation: f16, head dim 64 (one per file so nvcc builds them in parallel).
-// On sm_90 (Hopper) the warp-specialised TMA kernel runs (flash_bwd_sm90_ws.cuh), or the cp.async
-// wgmma kernel (flash_bwd_sm90.cuh, same tiles: 128 key rows x 64 query rows) with
-// DFA_CUDA_BWD_WS=0 or strides TMA cannot describe;
+// On sm_90 (Hopper) the cp.async wgmma kernel runs (flash_bwd_sm90.cuh, 128 key rows x 64 query
+// rows), or with DFA_CUDA_BWD_WS=1 (kSm90WsBackwardDefault, sm90_dispatch.h) the warp-specialised
+// TMA kernel (flash_bwd_sm90_ws.cuh, same tiles) where TMA can describe the tensors;
 // elsewhere the mma.sync one (flash_bwd_kernel.cuh).
 #include "kernels/cuda/flash_bwd_kernel.cuh"
 #include "kernels/cuda/flash_bwd_sm90.cuh"

@@ -3,14 +3,14 @@
 // fp32 and receive +=); chosen by the launchers of flash_bwd_*.cu unless DFA_CUDA_BWD_WS=0.
 //
 // CTA = 3 warpgroups (384 threads) owning kBlockN = 128 key rows of one (batch, kv head):
-// - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24). Its warp 0
+// - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24; 40 with bulk dQ). Its warp 0
 //   loads K and V once (TMA, one "kv" mbarrier), then walks the items (every query head of the
 //   GQA group x every visible 64-row query block) into a ring of kStages stages: lane 0 issues
 //   the Q and dO tiles as TMA bulk tensor copies (128B swizzle = SW128), the 32 lanes write the
 //   block's LSE * log2 e and Delta (rows past m / rows that see no key: LSE = +inf so P = 0) to
 //   shared memory. A stage's "full" mbarrier expects 1 + 32 arrivals plus the TMA bytes; its
 //   "empty" one 8 arrivals (lane 0 of every consumer warp, after its last wgmma read the stage).
-// - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240), own 64 key rows each and run
+// - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240; 232 with bulk dQ), own 64 key rows each and run
 //   the loop of flash_bwd_sm90.cuh per item: S^T = K Q^T and dP^T = V dO^T (m64n64, shared
 //   operands), P^T, dS^T in registers, dV += P^T dO and dK += dS^T Q (A from registers), dS^T to
 //   shared memory (double buffered, so the next item needs no CTA barrier), one 256-thread named
@@ -52,8 +52,15 @@ struct BwdWsTraits {
   static constexpr int kDqOffset = kStatOffset + 2 * kStages * kBlockM * 4;
   static constexpr int kBarOffset = kDqOffset + kDqBytes;
   static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;  // + alignment
-  // 32 x 128 + 240 x 256 = the 64K registers of the SM.
-  static constexpr int kProducerRegs = 32, kConsumerRegs = 240;
+  // setmaxnreg moves registers inside the CTA's own allocation: ptxas gives 384 threads at most
+  // 168 registers each (launch bounds 384, 1) and the consumers' increase must be covered by
+  // what the producer gives back, i.e. 128 x producer + 256 x consumer <= 384 x 168 (FA3's
+  // 24 / 240 is exactly that). A larger sum blocks setmaxnreg.inc forever (seen on the H200 with
+  // 32 / 240: every launch hung). The bulk-dQ writer needs more than 24 in the producer.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kBulkProducerRegs = 24, kBulkConsumerRegs = 240;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
+  static_assert(128 * kBulkProducerRegs + 256 * kBulkConsumerRegs <= 384 * 168, "register pool");
 };
 
 // Named barrier 1: the two consumer warpgroups, "dS^T of this item is in shared memory".
@@ -121,7 +128,7 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
 
   if (wg == 0) {  // producer
-    SetMaxNRegDec<Cfg::kProducerRegs>();
+    SetMaxNRegDec<kDqBulk ? Cfg::kBulkProducerRegs : Cfg::kProducerRegs>();
     if (warp == 0) {
       if (lane == 0) {
         MbarArriveExpectTx(kv_full, 2 * Cfg::kKVElems * 2);
@@ -184,7 +191,7 @@ __global__ void __launch_bounds__(384, 1)
   }
 
   // Consumers.
-  SetMaxNRegInc<Cfg::kConsumerRegs>();
+  SetMaxNRegInc<kDqBulk ? Cfg::kBulkConsumerRegs : Cfg::kConsumerRegs>();
   const int cw = wg - 1;  // consumer 0 / 1
   const int g = lane >> 2, t = lane & 3;
   const int key_base = cw * 64 + warp * 16 + g;  // this thread's key rows: key_base, key_base + 8
