@@ -1,20 +1,23 @@
 // Hopper backward unit, warp-specialised (FlashAttention-3's producer / consumer split, sm_90a).
 // Same contract and math as flash_bwd_sm90.cuh (BwdParams; ComputeDelta has run; dq, dk, dv are
-// fp32 and receive +=); chosen by the launchers of flash_bwd_*.cu unless DFA_CUDA_BWD_WS=0.
+// fp32 and receive +=); chosen by the launchers of flash_bwd_*.cu when DFA_CUDA_BWD_WS=1 (off by
+// default until it has passed on the GPU: kSm90WsBackwardDefault in sm90_dispatch.h).
 //
 // CTA = 3 warpgroups (384 threads) owning kBlockN = 128 key rows of one (batch, kv head):
-// - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24; 40 with bulk dQ). Its warp 0
+// - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24). Its warp 0
 //   loads K and V once (TMA, one "kv" mbarrier), then walks the items (every query head of the
 //   GQA group x every visible 64-row query block) into a ring of kStages stages: lane 0 issues
 //   the Q and dO tiles as TMA bulk tensor copies (128B swizzle = SW128), the 32 lanes write the
 //   block's LSE * log2 e and Delta (rows past m / rows that see no key: LSE = +inf so P = 0) to
 //   shared memory. A stage's "full" mbarrier expects 1 + 32 arrivals plus the TMA bytes; its
 //   "empty" one 8 arrivals (lane 0 of every consumer warp, after its last wgmma read the stage).
-// - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240; 232 with bulk dQ), own 64 key rows each and run
+// - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240), own 64 key rows each and run
 //   the loop of flash_bwd_sm90.cuh per item: S^T = K Q^T and dP^T = V dO^T (m64n64, shared
 //   operands), P^T, dS^T in registers, dV += P^T dO and dK += dS^T Q (A from registers), dS^T to
 //   shared memory (double buffered, so the next item needs no CTA barrier), one 256-thread named
-//   barrier, dQ = dS K (D=128: column halves; D=64: key halves), fp32 float2 atomics into dq.
+//   barrier, dQ = dS K (D=128: column halves; D=64: key halves), fp32 float2 atomics into dq
+//   (or, kDqBulk, D=128 with DFA_CUDA_BWD_DQ_BULK=1: dQ staged in shared memory, producer warp 1
+//   adds it with cp.reduce.async.bulk; that variant's producer spills at 24 registers).
 // The only CTA-wide barrier is the one after the mbarrier initialisation.
 #pragma once
 
@@ -56,7 +59,7 @@ struct BwdWsTraits {
   // 168 registers each (launch bounds 384, 1) and the consumers' increase must be covered by
   // what the producer gives back, i.e. 128 x producer + 256 x consumer <= 384 x 168 (FA3's
   // 24 / 240 is exactly that). A larger sum blocks setmaxnreg.inc forever (seen on the H200 with
-  // 32 / 240: every launch hung). The bulk-dQ writer needs more than 24 in the producer.
+  // 32 / 240: every launch hung). The bulk-dQ writer spills at 24 (40 / 232 serialises wgmma).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kBulkProducerRegs = 24, kBulkConsumerRegs = 240;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
@@ -79,15 +82,15 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kPanels = kD / 64;
   constexpr bool kSplitN = kD == 128;  // dQ: split columns (128) or keys (64) between warpgroups
   static_assert(!kDqBulk || kSplitN, "bulk dQ needs the column split of head dim 128");
-  constexpr int kNS = kBlockM / 2;     // S^T / dP^T accumulator floats per thread (m64 n64)
-  constexpr int kNA = kD / 2;          // dK / dV accumulator floats per thread (m64 n kD)
+  constexpr int kNS = kBlockM / 2;  // S^T / dP^T accumulator floats per thread (m64 n64)
+  constexpr int kNA = kD / 2;       // dK / dV accumulator floats per thread (m64 n kD)
   extern __shared__ __align__(1024) char smem_bws[];
   char* base = smem_bws + ((1024 - (SmemAddr(smem_bws) & 1023)) & 1023);
   T* s_k = reinterpret_cast<T*>(base);
   T* s_v = s_k + Cfg::kKVElems;
-  T* s_q_base = s_v + Cfg::kKVElems;                 // kStages stages
-  T* s_do_base = s_q_base + kStages * Cfg::kQElems;  // kStages stages
-  T* s_ds_base = s_do_base + kStages * Cfg::kQElems;  // 2 buffers (item parity)
+  T* s_q_base = s_v + Cfg::kKVElems;                                 // kStages stages
+  T* s_do_base = s_q_base + kStages * Cfg::kQElems;                  // kStages stages
+  T* s_ds_base = s_do_base + kStages * Cfg::kQElems;                 // 2 buffers (item parity)
   float* s_lse = reinterpret_cast<float*>(base + Cfg::kStatOffset);  // [kStages][kBlockM]
   float* s_delta = s_lse + kStages * kBlockM;
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(base + Cfg::kBarOffset);
@@ -397,8 +400,8 @@ template <typename T, int kD>
 cudaError_t LaunchBwdSm90Ws(const BwdParams& p, cudaStream_t stream) {
   using Cfg = BwdWsTraits<kD>;
   BwdTmaMaps maps;
-  if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 ||
-      p.m > INT32_MAX || p.n > INT32_MAX || p.q_heads > INT32_MAX / kD ||
+  if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.m > INT32_MAX ||
+      p.n > INT32_MAX || p.q_heads > INT32_MAX / kD ||
       !EncodeRowTensorMap<T>(&maps.q, p.q, kD, p.q_heads, p.m, p.batch, p.q_row_stride,
                              p.q_batch_stride, Cfg::kBlockM) ||
       !EncodeRowTensorMap<T>(&maps.dout, p.dout, kD, p.q_heads, p.m, p.batch, p.do_row_stride,
@@ -414,7 +417,8 @@ cudaError_t LaunchBwdSm90Ws(const BwdParams& p, cudaStream_t stream) {
   const bool dq_bulk = kD == 128 && UseSm90BwdDqBulk() &&
                        reinterpret_cast<uintptr_t>(p.dq) % 16 == 0 && p.dq_row_stride % 4 == 0 &&
                        (p.batch <= 1 || p.dq_batch_stride % 4 == 0);
-  auto kernel = dq_bulk ? FlashBwdSm90WsKernel<T, kD, kD == 128> : FlashBwdSm90WsKernel<T, kD, false>;
+  auto kernel =
+      dq_bulk ? FlashBwdSm90WsKernel<T, kD, kD == 128> : FlashBwdSm90WsKernel<T, kD, false>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
