@@ -114,10 +114,6 @@ struct TiledOptions {
   // against them (one peer per step: its partial output / dQ leaves during the next), then the
   // own queries against one of them per step. head_fraction is ignored (all own rows lead).
   int late_pieces = 0;
-  // Ownership inside a group follows speed^owner_speed_power (each group's query block stays
-  // proportional to its speed, so tiles stay proportional to speed): 1 = proportional; less
-  // gives fast workers fewer owned rows and so fewer partials to receive.
-  double owner_speed_power = 1.0;
 };
 // Whether MakeTiledPlan supports the request (seq_len >= 8 * workers, sane options).
 bool TiledPlanApplies(const PlanRequest& request, const TiledOptions& options);

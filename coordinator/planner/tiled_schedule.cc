@@ -65,9 +65,6 @@ std::vector<int64_t> Cuts(int64_t total, const std::vector<double>& weights, int
   return b;
 }
 
-// First worker of group g of G groups of consecutive workers (g = G: P).
-int GroupBegin(int P, int G, int g) { return static_cast<int>(int64_t{g} * P / G); }
-
 struct PairRange {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
@@ -120,29 +117,12 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
     v.push_back(RowRange{S - back(pr.end), S - back(pr.begin)});
     return v;
   };
-  const int G = o.groups;
-  // Owned pair ranges: each group's query block is proportional to the group's speed (so every
-  // tile below is proportional to its worker's speed); inside a group, ownership follows
-  // speed^owner_speed_power (1: proportional; less: fast owners get fewer partials back).
-  std::vector<int64_t> oc(P + 1, 0);
-  {
-    std::vector<double> group_speeds(G, 0);
-    for (int g = 0; g < G; ++g) {
-      for (int w = GroupBegin(P, G, g); w < GroupBegin(P, G, g + 1); ++w) group_speeds[g] += speeds[w];
-    }
-    const std::vector<int64_t> gc = Cuts(F, group_speeds, (P + G - 1) / G);
-    for (int g = 0; g < G; ++g) {
-      const int g0 = GroupBegin(P, G, g), g1 = GroupBegin(P, G, g + 1);
-      std::vector<double> weights;
-      for (int w = g0; w < g1; ++w) weights.push_back(std::pow(speeds[w], o.owner_speed_power));
-      const std::vector<int64_t> c = Cuts(gc[g + 1] - gc[g], weights, 1);
-      for (int w = g0; w <= g1; ++w) oc[w] = gc[g] + c[w - g0];
-    }
-  }
+  const std::vector<int64_t> oc = Cuts(F, speeds, 1);  // owned pair ranges
   for (int w = 0; w < P; ++w) plan.workers[w].owned = rows_of({oc[w], oc[w + 1]});
   auto owner_of_pair = [&](int64_t p) {
     return static_cast<int>(std::upper_bound(oc.begin(), oc.end(), p) - oc.begin()) - 1;
   };
+  const int G = o.groups;
   const MaskKind mask = plan.mask();
   auto pairs_of = [&](const RowRange& q, const RowRange& kv) {
     return static_cast<double>(VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), mask));
@@ -154,10 +134,9 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
   // tail (one K piece per step: its dK/dV leaves while the next is used), even steps between.
   double tail = 0;  // largest share of the work in phase 3
   for (int g = 0; g < G; ++g) {
-    const int g0 = GroupBegin(P, G, g), g1 = GroupBegin(P, G, g + 1);
+    const int g0 = static_cast<int>(int64_t{g} * P / G), g1 = static_cast<int>(int64_t{g + 1} * P / G);
     double sigma = 0;
     for (int w = g0; w < g1; ++w) sigma += speeds[w];
-    const double qg = std::max<double>(1, oc[g1] - oc[g0]);
     for (int w = g0; w < g1; ++w) {
       // Column-major mode: the tail is the own queries against the late pieces, about
       // late_pieces * max_piece_pairs of the worker's key share.
@@ -165,7 +144,7 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
       const double frac = o.late_pieces > 0
                               ? std::min(1.0, o.late_pieces * double(o.max_piece_pairs) / share)
                               : 1 - o.head_fraction;
-      tail = std::max(tail, frac * (oc[w + 1] - oc[w]) / qg);
+      tail = std::max(tail, frac * speeds[w] / sigma);
     }
   }
   tail = std::min(0.5, tail * 1.05);
@@ -183,20 +162,13 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
   }
 
   for (int g = 0; g < G; ++g) {
-    const int g0 = GroupBegin(P, G, g), g1 = GroupBegin(P, G, g + 1);
+    const int g0 = static_cast<int>(int64_t{g} * P / G), g1 = static_cast<int>(int64_t{g + 1} * P / G);
     const int m = g1 - g0;
     const PairRange qg{oc[g0], oc[g1]};
     // The rest of the key axis as a virtual line [0, L): v < qg.begin is pair v, else v + |Q_g|.
     const int64_t L = F - qg.size();
-    // Member i's key set K_i = O_i + its share of the rest, |K_i| ~ F * s_i / sigma_g: the
-    // share is that less its own range (all of it when ownership is proportional to speed).
-    double sigma = 0;
-    for (int w = g0; w < g1; ++w) sigma += speeds[w];
-    std::vector<double> member_shares;
-    for (int w = g0; w < g1; ++w) {
-      member_shares.push_back(std::max(0.0, double(F) * speeds[w] / sigma - (oc[w + 1] - oc[w])));
-    }
-    const std::vector<int64_t> vc = Cuts(L, member_shares, 0);
+    std::vector<double> member_speeds(speeds.begin() + g0, speeds.begin() + g1);
+    const std::vector<int64_t> vc = Cuts(L, member_speeds, 0);
     // Staggered start: group g's shares begin g/G of a share later, so that at each step the
     // members of different groups ask different owners.
     const int64_t rot = L > 0 ? static_cast<int64_t>(std::llround(double(L) / m * g / G)) % L : 0;
