@@ -232,6 +232,9 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     }
   }
   const double slowest = *std::min_element(speeds.begin(), speeds.end());
+  const bool unequal = *std::max_element(speeds.begin(), speeds.end()) > slowest;
+  std::vector<std::vector<int>> ring_orders = {{}};  // {}: workers in index order
+  if (unequal && P >= 4) ring_orders.push_back(planner_internal::InterleavedRingOrder(speeds));
   // Striped rings with pieces of about 1/g of the slowest worker's pairs, g = 1..8.
   for (int g : {1, 2, 3, 4, 6, 8}) {
     std::vector<int> pieces(P);
@@ -257,9 +260,20 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     consider(std::move(striped));
     // The same ring with the K/V-stationary backward (query pieces travel, dQ partials return
     // home): fewer bytes per step than K/V + fp32 dK/dV, the backward's limit at large P.
-    if (P >= 2) {
-      Plan kvs = MakeStripedRingPlan(r, pieces, /*kv_stationary_backward=*/true);
+    // With unequal speeds also with the ring visiting slow and fast workers alternately
+    // (InterleavedRingOrder): fewer dQ partials into one fast owner in the same step.
+    for (const std::vector<int>& order : ring_orders) {
+      PlanRequest slots = r;
+      std::vector<int> slot_pieces = pieces;
+      if (!order.empty()) {
+        for (int k = 0; k < P; ++k) {
+          slots.speeds[k] = speeds[order[k]];
+          slot_pieces[k] = pieces[order[k]];
+        }
+      }
+      Plan kvs = MakeStripedRingPlan(slots, slot_pieces, /*kv_stationary_backward=*/true);
       planner_internal::EqualizeSteps(kvs);
+      if (!order.empty()) planner_internal::PermuteWorkers(kvs, order);
       if (P >= 3) {
         Plan spread = kvs;
         planner_internal::BalanceTransfers(spread, params, 1, /*forward=*/false);
@@ -271,7 +285,7 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   // The cut ring (cut_ring_schedule.cc): the striped ring's layout with steps cut by work, exact
   // for speeds that are not multiples of one another (where the striped ring's rounded piece
   // counts make unequal steps). Many small ops: the op-overhead rule takes it only when needed.
-  if (!true_time && *std::max_element(speeds.begin(), speeds.end()) > slowest) {
+  if (!true_time && unequal) {
     for (const CutRingOptions& options :
          {CutRingOptions{1.25, 2, true}, CutRingOptions{1.25, 4, true},
           CutRingOptions{2, 4, true}}) {

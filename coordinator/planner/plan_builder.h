@@ -23,6 +23,17 @@ inline void AddForwardCompute(Plan& plan, int t, int worker, RowRange q, RowRang
   StepAt(plan.workers[worker].forward, t).computes.push_back(ComputeOp{q, kv});
 }
 
+// Relabels a plan made for workers in "slot" order: slot k becomes worker worker_of_slot[k]
+// (a permutation of 0..P-1), peers included. A plan built for speeds s'[k] = s[worker_of_slot[k]]
+// is then the same plan with the ring (and the layout) visiting the workers in that order.
+void PermuteWorkers(Plan& plan, const std::vector<int>& worker_of_slot);
+
+// A ring order of the workers that interleaves the slower half with the faster half (sorted by
+// speed: s_(0), s_(h), s_(1), s_(h+1), ..., h = ceil(P/2)), so that no run of slow workers returns
+// many partials to one fast owner in the same step (the striped ring's K/V-stationary
+// backward). Returns worker_of_slot for PermuteWorkers.
+std::vector<int> InterleavedRingOrder(const std::vector<double>& speeds);
+
 // Pads every worker's forward pass to the same number of steps (empty steps are free).
 void EqualizeSteps(Plan& plan);
 

@@ -60,6 +60,37 @@ int OwnerOf(const Plan& plan, int64_t row) {
 }
 
 namespace planner_internal {
+void PermuteWorkers(Plan& plan, const std::vector<int>& worker_of_slot) {
+  std::vector<WorkerPlan> workers(plan.workers.size());
+  for (size_t k = 0; k < worker_of_slot.size(); ++k) {
+    WorkerPlan w = std::move(plan.workers[k]);
+    for (auto* pass : {&w.forward, &w.backward}) {
+      for (PlanStep& s : *pass) {
+        for (auto* list : {&s.sends, &s.recvs}) {
+          for (Transfer& x : *list) x.peer = worker_of_slot[x.peer];
+        }
+      }
+    }
+    workers[worker_of_slot[k]] = std::move(w);
+  }
+  plan.workers = std::move(workers);
+}
+
+std::vector<int> InterleavedRingOrder(const std::vector<double>& speeds) {
+  const int P = static_cast<int>(speeds.size());
+  std::vector<int> by_speed(P);
+  for (int w = 0; w < P; ++w) by_speed[w] = w;
+  std::stable_sort(by_speed.begin(), by_speed.end(),
+                   [&](int a, int b) { return speeds[a] < speeds[b]; });
+  std::vector<int> order;
+  const int h = (P + 1) / 2;  // the slower half (one more for odd P)
+  for (int k = 0; k < h; ++k) {
+    order.push_back(by_speed[k]);
+    if (h + k < P) order.push_back(by_speed[h + k]);
+  }
+  return order;
+}
+
 void EqualizeSteps(Plan& plan) {
   size_t n = 0;
   for (const WorkerPlan& w : plan.workers) n = std::max(n, w.forward.size());

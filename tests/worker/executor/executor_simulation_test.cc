@@ -108,6 +108,7 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   } else if (schedule == "ring_kvs") {
     // K/V-stationary backwards (query pieces travel, dQ partials home, dK/dV stay): the cut ring
     // (steps cut by work, tiny pieces) for even P, the striped ring with 1-3 pieces otherwise.
+    // The simulator runs with req.speeds (the plan's balance does not matter for exactness).
     req.schedule = "balanced";
     for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
     if (P % 2 == 0) {
@@ -116,10 +117,19 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
       plan = MakeCutRingPlan(req, options);
       ASSERT_FALSE(plan->workers.empty());
     } else {
+      // P >= 5: the ring visits the workers slow/fast interleaved (a relabelled plan).
+      std::vector<int> order;
+      for (int w = 0; w < P; ++w) order.push_back(w);
+      if (P >= 5) order = planner_internal::InterleavedRingOrder(req.speeds);
+      PlanRequest slots = req;
       std::vector<int> pieces;
-      for (int w = 0; w < P; ++w) pieces.push_back(1 + w % 3);
-      plan = MakeStripedRingPlan(req, pieces, /*kv_stationary_backward=*/true);
+      for (int k = 0; k < P; ++k) {
+        slots.speeds[k] = req.speeds[order[k]];
+        pieces.push_back(1 + order[k] % 3);
+      }
+      plan = MakeStripedRingPlan(slots, pieces, /*kv_stationary_backward=*/true);
       planner_internal::EqualizeSteps(*plan);
+      planner_internal::PermuteWorkers(*plan, order);
     }
   } else {
     plan = MakePlan(req);
