@@ -12,7 +12,9 @@
 // Its weak spot is communication at large P: the owner of the first (largest) shard sends it to
 // every other worker over one link. So "balanced" is a cost-model search over this plan, zigzag
 // and the striped ring (striped_ring_schedule.cc) at several piece sizes (its backward also with
-// its transfers spread by BalanceTransfers) and the 2-D tiled plans, ranked by the cost model for
+// its transfers spread by BalanceTransfers, or K/V-stationary, in index order or with slow and
+// fast workers interleaved around the ring), the cut ring (cut_ring_schedule.cc, unequal
+// speeds) and the 2-D tiled plans, ranked by the cost model for
 // an H200-like worker at the given speeds. Profile "cpu" (32 heads of 128, bf16, 400 TFLOP/s,
 // 300 GB/s, 20 us): the cheapest with kSearchOpOverheadSeconds per op among those whose balance
 // (worse pass, no overhead) is within kBalanceTarget, else the best balanced. Profile "gpu":

@@ -9,9 +9,13 @@
 //             true time under GpuCostParams, ring/zigzag/distflash included) over:
 //             the striped ring (mirrored front/back ranges sized by speed, so any speeds are
 //             balanced exactly; equal-size K/V pieces travel the ring, several piece sizes
-//             tried), zigzag, contiguous speed-proportional shards with K/V sent straight
-//             from the owner, and (P >= 16) 2-D tiled plans (MakeTiledPlan).
-// Backward steps are derived from the forward ones (same routing: kQ -> kGradIn,
+//             tried; each also with the K/V-stationary backward, in index order and with
+//             slow and fast workers interleaved around the ring), the cut ring (cpu
+//             profile, unequal speeds: steps cut by work, MakeCutRingPlan), zigzag, contiguous
+//             speed-proportional shards with K/V sent straight from the owner, and
+//             (P >= 16) 2-D tiled plans (MakeTiledPlan).
+// Backward steps are derived from the forward ones unless the schedule made its own (the
+// K/V-stationary ring backwards; MakePlan keeps those) (same routing: kQ -> kGradIn,
 // kOutPartial -> kDqPartial, plus a kDkvPartial back to the K/V owner after the last use of
 // each received K/V buffer). Pure functions; thread-safe.
 #pragma once
