@@ -287,13 +287,22 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   // The cut ring (cut_ring_schedule.cc): the striped ring's layout with steps cut by work, exact
   // for speeds that are not multiples of one another (where the striped ring's rounded piece
   // counts make unequal steps). Many small ops: the op-overhead rule takes it only when needed.
+  // Also with the interleaved ring order (fewer dQ partials into one fast owner per step).
   if (!true_time && unequal) {
-    for (const CutRingOptions& options :
-         {CutRingOptions{1.25, 2, true}, CutRingOptions{1.25, 4, true},
-          CutRingOptions{2, 4, true}}) {
-      if (!CutRingApplies(r, options)) continue;
-      Plan cut = MakeCutRingPlan(r, options);
-      if (!cut.workers.empty()) consider(std::move(cut));
+    for (const std::vector<int>& order : ring_orders) {
+      PlanRequest slots = r;
+      if (!order.empty()) {
+        for (int k = 0; k < P; ++k) slots.speeds[k] = speeds[order[k]];
+      }
+      for (const CutRingOptions& options :
+           {CutRingOptions{1.25, 2, true}, CutRingOptions{1.25, 4, true},
+            CutRingOptions{2, 4, true}}) {
+        if (!CutRingApplies(slots, options)) continue;
+        Plan cut = MakeCutRingPlan(slots, options);
+        if (cut.workers.empty()) continue;
+        if (!order.empty()) planner_internal::PermuteWorkers(cut, order);
+        consider(std::move(cut));
+      }
     }
   }
   // 2-D tiles (tiled_schedule.cc): less data per worker; pays off at large P with fast workers.

@@ -120,20 +120,27 @@ CostParams H200Like(const std::vector<double>& speeds) {
 }
 
 // A representative set of where the 2% bound holds (docs/planner.md, sweep table): every
-// pattern up to P = 16, equal speeds and the straggler up to 64, full attention with speeds 1,2
-// at 48 and 64. Where it does not hold, see the next test.
+// pattern up to P = 16, equal speeds and the straggler up to 64 (causal 62 needed the
+// K/V-stationary backward), speeds 1,2 causal at 48 (K/V-stationary backward), random causal at
+// 48 (the cut ring) and full at 64, cycling 1..4 causal at 24 and 32 (interleaved ring order)
+// and full at 48. Where it does not hold, see the next test.
 TEST(PlannerTest, BalancedIsWithinTwoPercentWithCommunication) {
   struct Case {
     int kind;
     std::vector<int> workers;
     std::vector<bool> masks;
   };
-  const std::vector<Case> cases = {{0, {1, 2, 3, 7, 16, 48, 64}, {true, false}},
+  const std::vector<Case> cases = {{0, {1, 2, 3, 7, 16, 64}, {true, false}},
                                    {1, {2, 3, 7, 16, 32}, {true, false}},
+                                   {1, {48}, {true}},
                                    {1, {48, 64}, {false}},
                                    {2, {3, 7, 16}, {true, false}},
+                                   {2, {48}, {true}},
+                                   {2, {64}, {false}},
                                    {3, {2, 3, 7, 16}, {true, false}},
-                                   {4, {2, 3, 7, 16, 48, 64}, {true, false}}};
+                                   {3, {24, 32}, {true}},
+                                   {3, {48}, {false}},
+                                   {4, {2, 3, 7, 16, 62, 64}, {true, false}}};
   for (const Case& k : cases) {
     for (int P : k.workers) {
       for (bool causal : k.masks) {
@@ -157,11 +164,11 @@ TEST(PlannerTest, BalancedIsWithinTwoPercentWithCommunication) {
 // Unequal speeds at large P, causal: the 2% bound is NOT reached there (docs/planner.md, "What
 // is not reached": 1-D plans are bandwidth-bound, the 2-D tiled plans lose time where a step's
 // transfer window is overfull, more so the wider the speed spread). This guards what the search
-// reaches today (measured: speeds 1,2 at P = 64: 1.042 / 1.051; random at 48: ~1.04; cycling
-// 1..4 at 32: ~1.12) against regressions.
+// reaches today (measured: speeds 1,2 at P = 64: 1.042 / 1.051; random at 64: 1.071 / 1.041;
+// cycling 1..4 at 40: 1.158 / 1.196) against regressions.
 TEST(PlannerTest, BalancedAtLargePWithUnequalSpeedsStaysWithinWhatIsReached) {
   for (const auto& [kind, P, limit] :
-       {std::tuple{1, 64, 1.07}, std::tuple{2, 48, 1.07}, std::tuple{3, 32, 1.16}}) {
+       {std::tuple{1, 64, 1.07}, std::tuple{2, 64, 1.09}, std::tuple{3, 40, 1.22}}) {
     const CostParams real = H200Like(SpeedSet(kind, P));
     absl::StatusOr<Plan> plan = MakePlan({"balanced", P, 262144, true, real.speeds});
     ASSERT_TRUE(plan.ok()) << plan.status();
