@@ -49,12 +49,27 @@ if [ -z "$run_dir" ]; then run_dir=$(mktemp -d "${TMPDIR:-/tmp}/dfa-cluster.XXXX
 mkdir -p "$run_dir"
 run_dir=$(cd "$run_dir" && pwd)
 
-# Free loopback ports: all sockets are held until every port is chosen, so they are distinct.
+# Free loopback ports below the kernel's ephemeral range (a port the kernel hands out for an
+# outgoing connection cannot then be taken before the daemon binds it; LocalCluster does the
+# same). All sockets are held until every port is chosen, so they are distinct.
 read -r -a ports < <(python3 - "$((2 * workers + 3))" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
+import random, socket, sys
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    for _ in range(200):
+        try:
+            s.bind(("127.0.0.1", random.randrange(10000, max(10001, low))))
+            break
+        except OSError:
+            continue
+    else:
+        s.bind(("127.0.0.1", 0))  # the kernel's pick as the fallback
+    socks.append(s)
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 )
