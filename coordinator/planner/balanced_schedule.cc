@@ -14,7 +14,8 @@
 // and the striped ring (striped_ring_schedule.cc) at several piece sizes (its backward also with
 // its transfers spread by BalanceTransfers, or K/V-stationary, in index order or with slow and
 // fast workers interleaved around the ring), the cut ring (cut_ring_schedule.cc, unequal
-// speeds) and the 2-D tiled plans, ranked by the cost model for
+// speeds) and the 2-D tiled plans (groups of consecutive workers, or grouped by speed), ranked
+// by the cost model for
 // an H200-like worker at the given speeds. Profile "cpu" (32 heads of 128, bf16, 400 TFLOP/s,
 // 300 GB/s, 20 us): the cheapest with kSearchOpOverheadSeconds per op among those whose balance
 // (worse pass, no overhead) is within kBalanceTarget, else the best balanced. Profile "gpu":
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/plan_builder.h"
@@ -315,6 +317,17 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
           TiledOptions{4, 0.3, 3, 1024, 32, 4, 8, true, 2},
           TiledOptions{4, 0.0, 3, 1024, 32, 4, 8, true, 2},
           TiledOptions{3, 0.0, 3, 1024, 32, 4, 8, true, 2}}) {
+      if (TiledPlanApplies(r, options)) consider(MakeTiledPlan(r, options));
+    }
+  }
+  // Tiles grouped by speed (TiledOptions::speed_groups): fast workers in small groups, so fewer
+  // partials into their in-links; the settings that did best at P = 34..64 (docs/planner.md).
+  if (!true_time && unequal && P >= 32) {
+    for (const auto& [scale, pieces, steps, head_rows] :
+         {std::tuple{2.5, 4096, 32, 2}, std::tuple{2.0, 4096, 24, 2}, std::tuple{3.0, 4096, 32, 2},
+          std::tuple{2.5, 4096, 24, 2}, std::tuple{2.5, 2048, 24, 3}}) {
+      TiledOptions options{1, 0.0, head_rows, pieces, steps, 4, 8, true, 2};
+      options.speed_groups = scale;
       if (TiledPlanApplies(r, options)) consider(MakeTiledPlan(r, options));
     }
   }

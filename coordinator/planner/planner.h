@@ -65,8 +65,8 @@ Plan MakeRingPlan(const PlanRequest& request);
 Plan MakeDistFlashPlan(const PlanRequest& request);
 Plan MakeZigzagPlan(const PlanRequest& request);
 // "balanced": the best (see kBalanceTarget) of the striped ring at several piece counts (and
-// with its backward's transfers spread), zigzag, MakeSpeedProportionalPlan and (P >= 16) tiled
-// plans. Returns a plan with its backward steps when it tuned them (else MakePlan derives them).
+// with its backward's transfers spread), zigzag, MakeSpeedProportionalPlan, (P >= 16) tiled
+// plans and (P >= 32, unequal speeds, profile cpu) speed-grouped tiled plans. Returns a plan with its backward steps when it tuned them (else MakePlan derives them).
 Plan MakeBalancedPlan(const PlanRequest& request);
 Plan MakeSpeedProportionalPlan(const PlanRequest& request);
 // The striped ring (striped_ring_schedule.cc): worker w owns a front row range and its mirror
@@ -118,6 +118,10 @@ struct TiledOptions {
   // against them (one peer per step: its partial output / dQ leaves during the next), then the
   // own queries against one of them per step. head_fraction is ignored (all own rows lead).
   int late_pieces = 0;
+  // > 0: groups by speed instead of `groups`: workers sorted by speed (fastest first), a group
+  // starting at speed s has ~speed_groups * sqrt(sum of speeds / (1.5 s)) members (fast workers
+  // in small groups: fewer partials into their in-links), then relabelled to the request's order.
+  double speed_groups = 0;
 };
 // Whether MakeTiledPlan supports the request (seq_len >= 8 * workers, sane options).
 bool TiledPlanApplies(const PlanRequest& request, const TiledOptions& options);

@@ -92,12 +92,59 @@ int64_t CutRowAt(const RowRange& q, const RowRange& kv, MaskKind mask, double ne
 
 }  // namespace
 
+namespace {
+
+// Group bounds for speed_groups mode (workers already sorted by speed, fastest first): a group
+// starting at a worker of speed s gets about speed_groups * sqrt(sum(s) / (1.5 s)) members,
+// the size that minimises a member's received bytes (peer queries and partials grow with the
+// group, its key share shrinks with it).
+std::vector<int> SpeedGroupBounds(const std::vector<double>& speeds, double scale) {
+  const int P = static_cast<int>(speeds.size());
+  double sum = 0;
+  for (double x : speeds) sum += x;
+  std::vector<int> gb = {0};
+  while (gb.back() < P) {
+    const int a = gb.back();
+    const double m = scale * std::sqrt(sum / (1.5 * speeds[a]));
+    int b = std::min(P, a + std::max(1, static_cast<int>(std::llround(m))));
+    if (P - b > 0 && P - b < std::max<int64_t>(1, std::llround(m / 2))) b = P;  // no runt group
+    gb.push_back(b);
+  }
+  return gb;
+}
+
+Plan BuildTiledPlan(const PlanRequest& r, const TiledOptions& o, const std::vector<int>& gbounds);
+
+}  // namespace
+
 bool TiledPlanApplies(const PlanRequest& r, const TiledOptions& o) {
-  return o.groups >= 1 && o.groups <= r.workers && r.seq_len / 2 >= 4 * int64_t{r.workers} &&
-         o.max_piece_pairs >= 1;
+  return (o.speed_groups > 0 || (o.groups >= 1 && o.groups <= r.workers)) &&
+         r.seq_len / 2 >= 4 * int64_t{r.workers} && o.max_piece_pairs >= 1;
 }
 
 Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
+  const int P = r.workers;
+  if (o.speed_groups <= 0) {
+    std::vector<int> gb;
+    for (int g = 0; g <= o.groups; ++g) gb.push_back(static_cast<int>(int64_t{g} * P / o.groups));
+    return BuildTiledPlan(r, o, gb);
+  }
+  std::vector<double> speeds = r.speeds;
+  if (speeds.empty()) speeds.assign(P, 1.0);
+  std::vector<int> order(P);
+  for (int w = 0; w < P; ++w) order[w] = w;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return speeds[a] > speeds[b]; });
+  PlanRequest slots = r;
+  slots.speeds.assign(P, 1.0);
+  for (int k = 0; k < P; ++k) slots.speeds[k] = speeds[order[k]];
+  Plan plan = BuildTiledPlan(slots, o, SpeedGroupBounds(slots.speeds, o.speed_groups));
+  planner_internal::PermuteWorkers(plan, order);
+  return plan;
+}
+
+namespace {
+
+Plan BuildTiledPlan(const PlanRequest& r, const TiledOptions& o, const std::vector<int>& gbounds) {
   const int P = r.workers;
   const int64_t S = r.seq_len;
   const int64_t F = S / 2, Bk = S - F;  // pairs; back half rows (one more when S is odd)
@@ -122,7 +169,7 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
   auto owner_of_pair = [&](int64_t p) {
     return static_cast<int>(std::upper_bound(oc.begin(), oc.end(), p) - oc.begin()) - 1;
   };
-  const int G = o.groups;
+  const int G = static_cast<int>(gbounds.size()) - 1;
   const MaskKind mask = plan.mask();
   auto pairs_of = [&](const RowRange& q, const RowRange& kv) {
     return static_cast<double>(VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), mask));
@@ -134,7 +181,7 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
   // tail (one K piece per step: its dK/dV leaves while the next is used), even steps between.
   double tail = 0;  // largest share of the work in phase 3
   for (int g = 0; g < G; ++g) {
-    const int g0 = static_cast<int>(int64_t{g} * P / G), g1 = static_cast<int>(int64_t{g + 1} * P / G);
+    const int g0 = gbounds[g], g1 = gbounds[g + 1];
     double sigma = 0;
     for (int w = g0; w < g1; ++w) sigma += speeds[w];
     for (int w = g0; w < g1; ++w) {
@@ -162,7 +209,7 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
   }
 
   for (int g = 0; g < G; ++g) {
-    const int g0 = static_cast<int>(int64_t{g} * P / G), g1 = static_cast<int>(int64_t{g + 1} * P / G);
+    const int g0 = gbounds[g], g1 = gbounds[g + 1];
     const int m = g1 - g0;
     const PairRange qg{oc[g0], oc[g1]};
     // The rest of the key axis as a virtual line [0, L): v < qg.begin is pair v, else v + |Q_g|.
@@ -316,5 +363,7 @@ Plan MakeTiledPlan(const PlanRequest& r, const TiledOptions& o) {
   }
   return plan;
 }
+
+}  // namespace
 
 }  // namespace dfa

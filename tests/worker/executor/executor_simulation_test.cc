@@ -100,6 +100,7 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
     if (schedule == "tiled_pf") {
       options.peers_first = true;
       options.balance_window = 1 + P % 3;
+      options.speed_groups = 0.6 * (P % 3);  // speed-sorted groups, relabelled (P % 3 > 0)
     }
     ASSERT_TRUE(TiledPlanApplies(req, options));
     plan = MakeTiledPlan(req, options);
