@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cudnn_rowops.h"
+#include "kernels/cuda/cudnn_scratch.h"
 #include "kernels/cuda/cudnn_sdpa_graphs.h"
 #include "kernels/cuda/cudnn_unit_geometry.h"
 
@@ -38,49 +39,6 @@ std::string Unfit(const TensorView& t, const char* field) {
   return "";
 }
 
-// A device buffer that only grows. Growing waits for the device (cudaFree does).
-class GrowBuffer {
- public:
-  explicit GrowBuffer(const ScratchAllocator* scratch) : scratch_(scratch) {}
-  ~GrowBuffer() { Release(); }
-  absl::StatusOr<void*> Get(size_t bytes) {
-    if (bytes <= size_) return p_;
-    Release();
-    if (scratch_->alloc) {
-      absl::StatusOr<void*> p = scratch_->alloc(bytes);
-      if (!p.ok()) {
-        return absl::ResourceExhaustedError(absl::StrCat("cudnn backend: cannot allocate ", bytes,
-                                                         " bytes of scratch: ", p.status().message()));
-      }
-      p_ = *p;
-      size_ = bytes;
-      return p_;
-    }
-    const cudaError_t err = cudaMalloc(&p_, bytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return absl::ResourceExhaustedError(absl::StrCat("cudnn backend: cannot allocate ", bytes, " bytes of scratch"));
-    }
-    size_ = bytes;
-    return p_;
-  }
-
- private:
-  void Release() {
-    if (p_ == nullptr) return;
-    if (scratch_->release) {
-      scratch_->release(p_);  // stream-ordered: queued work may still read it
-    } else {
-      cudaFree(p_);
-    }
-    p_ = nullptr;
-    size_ = 0;
-  }
-
-  const ScratchAllocator* scratch_;
-  void* p_ = nullptr;
-  size_t size_ = 0;
-};
 
 TensorView DenseLike(const TensorView& like, void* data, DType dtype) {
   TensorView t = like;
@@ -362,8 +320,9 @@ class CudnnBackend final : public CudnnAttentionBackend {
   std::unique_ptr<AttentionBackend> cuda_;
   std::unique_ptr<cudnn::SdpaGraphs> graphs_;
   std::unique_ptr<ScratchAllocator> scratch_;  // before the buffers: they release into it
-  GrowBuffer o_lo_{scratch_.get()}, lse_tmp_{scratch_.get()}, dq_lo_{scratch_.get()},
-      dk_lo_{scratch_.get()}, dv_lo_{scratch_.get()};
+  cudnn::ScratchBuffer o_lo_{scratch_.get(), "scratch"}, lse_tmp_{scratch_.get(), "scratch"},
+      dq_lo_{scratch_.get(), "scratch"}, dk_lo_{scratch_.get(), "scratch"},
+      dv_lo_{scratch_.get(), "scratch"};
   cudaEvent_t last_use_ = nullptr;
   cudaStream_t last_stream_ = nullptr;
   CudnnBackendCounters counters_;

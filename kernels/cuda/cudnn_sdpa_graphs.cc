@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cudnn_frontend.h"
+#include "kernels/cuda/cudnn_scratch.h"
 
 namespace cudnn_frontend {
 // The frontend's dynamic-loading mode resolves every cuDNN symbol through this handle.
@@ -117,20 +118,8 @@ struct SdpaGraphs::Impl {
   int device = 0;
   cudnnHandle_t handle = nullptr;
   std::map<std::vector<int64_t>, Entry> cache;
-  void* workspace = nullptr;
-  int64_t workspace_bytes = 0;
   ScratchAllocator scratch;  // empty: cudaMalloc / cudaFree
-
-  void FreeWorkspace() {
-    if (workspace == nullptr) return;
-    if (scratch.release) {
-      scratch.release(workspace);
-    } else {
-      cudaFree(workspace);
-    }
-    workspace = nullptr;
-    workspace_bytes = 0;
-  }
+  ScratchBuffer workspace{&scratch, "workspace"};
 
   absl::StatusOr<Entry*> Get(const SdpaProblem& p) {
     std::vector<int64_t> key = KeyOf(p);
@@ -159,35 +148,12 @@ struct SdpaGraphs::Impl {
     }
   }
 
-  absl::Status EnsureWorkspace(int64_t bytes) {
-    if (bytes <= workspace_bytes) return absl::OkStatus();
-    FreeWorkspace();
-    if (scratch.alloc) {
-      absl::StatusOr<void*> p = scratch.alloc(static_cast<size_t>(bytes));
-      if (!p.ok()) {
-        return absl::ResourceExhaustedError(absl::StrCat("cudnn backend: cannot allocate ", bytes,
-                                                         " bytes of workspace: ", p.status().message()));
-      }
-      workspace = *p;
-      workspace_bytes = bytes;
-      return absl::OkStatus();
-    }
-    const cudaError_t err = cudaMalloc(&workspace, static_cast<size_t>(bytes));
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cudnn backend: cannot allocate ", bytes, " bytes of workspace: ", cudaGetErrorString(err)));
-    }
-    workspace_bytes = bytes;
-    return absl::OkStatus();
-  }
 };
 
 SdpaGraphs::SdpaGraphs(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 SdpaGraphs::~SdpaGraphs() {
   impl_->cache.clear();
-  impl_->FreeWorkspace();
   if (impl_->handle != nullptr) {
     try {
       fe::detail::destroy_handle(impl_->handle);
@@ -234,7 +200,7 @@ absl::StatusOr<std::unique_ptr<SdpaGraphs>> SdpaGraphs::Create(int device, const
 absl::Status SdpaGraphs::Run(const SdpaProblem& p, const SdpaPointers& ptrs, cudaStream_t stream) {
   ASSIGN_OR_RETURN(Impl::Entry * e, impl_->Get(p));
   RETURN_IF_ERROR(e->status);
-  RETURN_IF_ERROR(impl_->EnsureWorkspace(e->workspace));
+  ASSIGN_OR_RETURN(void* workspace, impl_->workspace.Get(static_cast<size_t>(e->workspace)));
   std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(ptrs.q)},
                                              {kK, const_cast<void*>(ptrs.k)},
                                              {kV, const_cast<void*>(ptrs.v)},
@@ -250,7 +216,7 @@ absl::Status SdpaGraphs::Run(const SdpaProblem& p, const SdpaPointers& ptrs, cud
     if (fe::detail::set_stream(impl_->handle, stream) != CUDNN_STATUS_SUCCESS) {
       return absl::InternalError("cudnn backend: cudnnSetStream failed");
     }
-    fe::error_t err = e->graph->execute(impl_->handle, pack, impl_->workspace);
+    fe::error_t err = e->graph->execute(impl_->handle, pack, workspace);
     if (!err.is_good()) return absl::InternalError(absl::StrCat("cudnn backend: execute: ", err.get_message()));
   } catch (const std::exception& ex) {
     return absl::InternalError(absl::StrCat("cudnn backend: execute threw: ", ex.what()));
