@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "worker/executor/op_fusion.h"
 #include "worker/executor/transfer_layout.h"
 
 namespace dfa {
@@ -44,9 +45,11 @@ class DeviceBuffer {
 struct Buffer {
   PlanTensor tensor;
   RowRange rows;
+  std::vector<RowRange> layout;  // {rows}: the op fusion's view of it (op_fusion.h)
   std::vector<std::unique_ptr<DeviceBuffer>> parts;
   int64_t bytes = 0;
   int free_after = 0;  // step after whose end it is released
+  int64_t rows_unsent = 0;  // partials: rows not yet sent to their owner
 };
 
 struct Group {
@@ -78,7 +81,16 @@ class PassRunner {
   // Waits for step t's partial group and merges what it brought (one step after t's computes).
   absl::Status FinishLate(int t);
   absl::Status Merge(const Buffer& arrival);
-  absl::Status Compute(const ComputeOp& op, int t);
+  // Where an op's rows live (owned storage or a received buffer; null buffer = owned).
+  struct Side {
+    RowPlace place;
+    Buffer* buffer = nullptr;
+  };
+  absl::StatusOr<Side> QuerySide(const RowRange& rows, int t);
+  absl::StatusOr<Side> KvSide(const RowRange& rows, int t);
+  // The step's ops, fused into as few backend calls as exactness allows (op_fusion.h).
+  absl::Status ComputeStep(int t);
+  absl::Status Compute(const FusedCall& call, const Side& q, const Side& kv, int t);
   absl::Status Launch(int64_t* counter, absl::Status s) {
     ++*counter;
     return s;
@@ -110,6 +122,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> PassRunner::NewBuffer(PlanTensor t, cons
   auto b = std::make_unique<Buffer>();
   b->tensor = t;
   b->rows = rows;
+  b->layout = {rows};
   for (const Component& c : Components(t, shape_)) {
     const int64_t bytes = ComponentBytes(c, shape_, rows.size());
     ASSIGN_OR_RETURN(void* p, backend_->Alloc(static_cast<size_t>(bytes)));
@@ -143,7 +156,8 @@ absl::StatusOr<Buffer*> PassRunner::Partial(PlanTensor t, const RowRange& rows, 
       RETURN_IF_ERROR(backend_->Memset(b->parts[i]->get(), 0, bytes, stream_));
     }
   }
-  b->free_after = std::numeric_limits<int>::max();  // until its send completes
+  b->free_after = std::numeric_limits<int>::max();  // until its (last) send completes
+  b->rows_unsent = rows.size();
   (void)step;
   partials_.push_back(std::move(b));
   return partials_.back().get();
@@ -163,17 +177,40 @@ absl::Status PassRunner::PostEarly(int t) {
   const PlanStep& step = pass()[t];
   Group& g = early_[t];
   std::vector<TransportMessage> sends, recvs;
-  for (const Transfer& x : Sorted(step.recvs)) {
-    if (IsPartial(x.tensor)) continue;  // received in the late group (PostLate)
-    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, NewBuffer(x.tensor, x.rows));
-    for (size_t i = 0; i < b->parts.size(); ++i) {
-      recvs.push_back({x.peer, b->parts[i]->get(),
-                       static_cast<size_t>(ComponentBytes(Components(x.tensor, shape_)[i], shape_,
-                                                          x.rows.size()))});
+  const std::vector<Transfer> rs = Sorted(step.recvs);
+  for (size_t i = 0; i < rs.size();) {
+    const Transfer& x = rs[i];
+    if (IsPartial(x.tensor)) {  // received in the late group (PostLate)
+      ++i;
+      continue;
+    }
+    // Adjacent rows of the same tensor from the same peer land in ONE buffer (each message in
+    // its own rows of it), so that the step's ops on them can be fused into one call
+    // (op_fusion.h). Only where every component's row slices are contiguous (batch 1).
+    RowRange all = x.rows;
+    size_t j = i + 1;
+    // K/V only: a Q buffer's output partial carries LSE rows, which a slice cannot send whole.
+    // The backward's dK/dV partial of a coalesced buffer is sent back in the plan's pieces.
+    if (x.tensor == PlanTensor::kKV && shape_.batch == 1) {
+      while (j < rs.size() && rs[j].peer == x.peer && rs[j].tensor == x.tensor &&
+             rs[j].rows.begin == all.end) {
+        all.end = rs[j++].rows.end;
+      }
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, NewBuffer(x.tensor, all));
+    const std::vector<Component> comps = Components(x.tensor, shape_);
+    for (size_t u = i; u < j; ++u) {
+      for (size_t c = 0; c < comps.size(); ++c) {
+        const TensorView dst = ComponentView(b->parts[c]->get(), comps[c], shape_, all.size(),
+                                             rs[u].rows.begin - all.begin, rs[u].rows.size());
+        recvs.push_back({x.peer, dst.data,
+                         static_cast<size_t>(ComponentBytes(comps[c], shape_, rs[u].rows.size()))});
+      }
+      b->free_after = std::max(b->free_after, LastUse(rs[u], t));
     }
     stats_.steps[t].bytes_received += b->bytes;
-    b->free_after = LastUse(x, t);
     received_.push_back(std::move(b));
+    i = j;
   }
   for (const Transfer& x : Sorted(step.sends)) {
     if (IsPartial(x.tensor)) continue;
@@ -246,18 +283,22 @@ absl::Status PassRunner::PostLate(int t) {
     if (!IsPartial(x.tensor)) continue;
     Buffer* b = nullptr;
     for (auto& p : partials_) {
-      if (p->tensor == x.tensor && p->rows == x.rows) b = p.get();
+      if (p->tensor == x.tensor && p->rows.Contains(x.rows)) b = p.get();
     }
-    if (b == nullptr) {
+    std::vector<Component> comps = Components(x.tensor, shape_);
+    if (b == nullptr || (b->rows != x.rows && (shape_.batch != 1 || x.tensor != PlanTensor::kDkvPartial))) {
       return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
                                                      " sends partial ", Rows(x.rows),
                                                      " that no compute produced"));
     }
-    b->free_after = t;
-    std::vector<Component> comps = Components(x.tensor, shape_);
+    // A partial of a coalesced K/V buffer goes back in the plan's pieces (contiguous rows).
+    b->rows_unsent -= x.rows.size();
+    if (b->rows_unsent <= 0) b->free_after = t;
     for (size_t i = 0; i < comps.size(); ++i) {
       const size_t bytes = static_cast<size_t>(ComponentBytes(comps[i], shape_, x.rows.size()));
-      sends.push_back({x.peer, b->parts[i]->get(), bytes});
+      const TensorView src = ComponentView(b->parts[i]->get(), comps[i], shape_, b->rows.size(),
+                                           x.rows.begin - b->rows.begin, x.rows.size());
+      sends.push_back({x.peer, src.data, bytes});
       stats_.steps[t].bytes_sent += static_cast<int64_t>(bytes);
     }
   }
@@ -307,27 +348,73 @@ absl::Status PassRunner::Merge(const Buffer& a) {
   return absl::InvalidArgumentError("received a non-partial as a partial");
 }
 
-absl::Status PassRunner::Compute(const ComputeOp& op, int t) {
-  const int64_t m = op.q_rows.size(), n = op.kv_rows.size();
+absl::StatusOr<PassRunner::Side> PassRunner::KvSide(const RowRange& rows, int t) {
+  if (absl::StatusOr<int64_t> local = st_->LocalRow(rows); local.ok()) {
+    return Side{{&st_->owned(), *local}, nullptr};
+  }
+  Buffer* b = FindReceived(PlanTensor::kKV, rows);
+  if (b == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
+                                                   " computes with kv ", Rows(rows),
+                                                   " it neither owns nor has received"));
+  }
+  b->free_after = std::max(b->free_after, t);
+  return Side{{&b->layout, rows.begin - b->rows.begin}, b};
+}
+
+absl::StatusOr<PassRunner::Side> PassRunner::QuerySide(const RowRange& rows, int t) {
+  if (absl::StatusOr<int64_t> local = st_->LocalRow(rows); local.ok()) {
+    return Side{{&st_->owned(), *local}, nullptr};
+  }
+  Buffer* b = FindReceived(fwd_ ? PlanTensor::kQ : PlanTensor::kGradIn, rows);
+  if (b == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
+                                                   " computes with q ", Rows(rows),
+                                                   " it neither owns nor has received"));
+  }
+  b->free_after = std::max(b->free_after, t);
+  return Side{{&b->layout, rows.begin - b->rows.begin}, b};
+}
+
+absl::Status PassRunner::ComputeStep(int t) {
+  const std::vector<ComputeOp>& ops = pass()[t].computes;
+  std::vector<Side> qs, kvs;
+  std::vector<RowPlace> qp, kp;
+  for (const ComputeOp& op : ops) {
+    ASSIGN_OR_RETURN(Side q, QuerySide(op.q_rows, t));
+    ASSIGN_OR_RETURN(Side kv, KvSide(op.kv_rows, t));
+    qs.push_back(q);
+    kvs.push_back(kv);
+    qp.push_back(q.place);
+    kp.push_back(kv.place);
+  }
+  for (const FusedCall& call : FuseStepOps(ops, qp, kp, plan_.mask())) {
+    RETURN_IF_ERROR(Compute(call, qs[call.ops[0]], kvs[call.ops[0]], t));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PassRunner::Compute(const FusedCall& call, const Side& qside, const Side& kvside,
+                                 int t) {
+  const int64_t m = call.m, n = call.n;
   StepStats& s = stats_.steps[t];
-  const MaskKind mask = plan_.mask();
+  s.units += static_cast<int64_t>(call.ops.size());
+  for (int i : call.ops) {
+    const ComputeOp& op = pass()[t].computes[i];
+    s.flops += (fwd_ ? 1.0 : 2.5) * ForwardFlops(shape_.batch, shape_.q_heads, shape_.head_dim,
+                                                 op.q_rows.begin, op.q_rows.size(),
+                                                 op.kv_rows.begin, op.kv_rows.size(), plan_.mask());
+  }
   // Key/value side.
   TensorView k, v, dk, dv;
-  Buffer* kvbuf = nullptr;
-  if (absl::StatusOr<int64_t> local = st_->LocalRow(op.kv_rows); local.ok()) {
-    k = st_->k().Slice(*local, n);
-    v = st_->v().Slice(*local, n);
-    dk = st_->dk().Slice(*local, n);
-    dv = st_->dv().Slice(*local, n);
+  if (Buffer* kvbuf = kvside.buffer; kvbuf == nullptr) {
+    const int64_t local = call.kv.local;
+    k = st_->k().Slice(local, n);
+    v = st_->v().Slice(local, n);
+    dk = st_->dk().Slice(local, n);
+    dv = st_->dv().Slice(local, n);
   } else {
-    kvbuf = FindReceived(PlanTensor::kKV, op.kv_rows);
-    if (kvbuf == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
-                                                     " computes with kv ", Rows(op.kv_rows),
-                                                     " it neither owns nor has received"));
-    }
-    kvbuf->free_after = std::max(kvbuf->free_after, t);
-    const int64_t off = op.kv_rows.begin - kvbuf->rows.begin, tot = kvbuf->rows.size();
+    const int64_t off = call.kv.local, tot = kvbuf->rows.size();
     const Component c = Components(PlanTensor::kKV, shape_)[0];
     k = ComponentView(kvbuf->parts[0]->get(), c, shape_, tot, off, n);
     v = ComponentView(kvbuf->parts[1]->get(), c, shape_, tot, off, n);
@@ -339,68 +426,57 @@ absl::Status PassRunner::Compute(const ComputeOp& op, int t) {
     }
   }
   // Query side.
-  const PlanTensor q_kind = fwd_ ? PlanTensor::kQ : PlanTensor::kGradIn;
-  absl::StatusOr<int64_t> qlocal = st_->LocalRow(op.q_rows);
-  Buffer* qbuf = nullptr;
+  Buffer* qbuf = qside.buffer;
   Buffer* qpart = nullptr;
-  int64_t qoff = 0, qtot = 0;
-  if (!qlocal.ok()) {
-    qbuf = FindReceived(q_kind, op.q_rows);
-    if (qbuf == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
-                                                     " computes with q ", Rows(op.q_rows),
-                                                     " it neither owns nor has received"));
-    }
-    qbuf->free_after = std::max(qbuf->free_after, t);
-    qoff = op.q_rows.begin - qbuf->rows.begin;
-    qtot = qbuf->rows.size();
+  const int64_t qlocal = call.q.local;
+  const int64_t qoff = call.q.local, qtot = qbuf != nullptr ? qbuf->rows.size() : 0;
+  if (qbuf != nullptr) {
     ASSIGN_OR_RETURN(qpart, Partial(fwd_ ? PlanTensor::kOutPartial : PlanTensor::kDqPartial,
                                     qbuf->rows, t));
   }
+  const PlanTensor q_kind = fwd_ ? PlanTensor::kQ : PlanTensor::kGradIn;
   const std::vector<Component> qc = Components(q_kind, shape_);
   const Component q32{DType::kF32, shape_.q_heads, false};
   if (fwd_) {
     ForwardArgs a;
     a.scale = scale_;
-    a.mask = mask;
-    a.q_row0 = op.q_rows.begin;
-    a.kv_row0 = op.kv_rows.begin;
+    a.mask = call.mask;
+    a.q_row0 = call.q_row0;
+    a.kv_row0 = call.kv_row0;
     a.k = k;
     a.v = v;
     a.accumulate = true;
     a.stream = stream_;
     if (qbuf == nullptr) {
-      a.q = st_->q().Slice(*qlocal, m);
-      a.out = out_view_.Slice(*qlocal, m);
-      a.lse = st_->lse().Slice(*qlocal, m);
+      a.q = st_->q().Slice(qlocal, m);
+      a.out = out_view_.Slice(qlocal, m);
+      a.lse = st_->lse().Slice(qlocal, m);
     } else {
       a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape_, qtot, qoff, m);
       a.out = ComponentView(qpart->parts[0]->get(), q32, shape_, qtot, qoff, m);
       a.lse = StatView(qpart->parts[1]->get(), shape_, qtot, qoff, m);
     }
-    s.flops += ForwardFlops(shape_.batch, shape_.q_heads, shape_.head_dim, op.q_rows.begin, m,
-                            op.kv_rows.begin, n, mask);
     return Launch(&s.forward_launches, backend_->Forward(a));
   }
   BackwardArgs a;
   a.scale = scale_;
-  a.mask = mask;
-  a.q_row0 = op.q_rows.begin;
-  a.kv_row0 = op.kv_rows.begin;
+  a.mask = call.mask;
+  a.q_row0 = call.q_row0;
+  a.kv_row0 = call.kv_row0;
   a.k = k;
   a.v = v;
   a.dk = dk;
   a.dv = dv;
   a.stream = stream_;
   if (qbuf == nullptr) {
-    a.q = st_->q().Slice(*qlocal, m);
-    a.dout = st_->dout().Slice(*qlocal, m);
-    a.lse = st_->lse().Slice(*qlocal, m);
-    a.delta = st_->delta().Slice(*qlocal, m);
-    a.dq = st_->dq().Slice(*qlocal, m);
+    a.q = st_->q().Slice(qlocal, m);
+    a.dout = st_->dout().Slice(qlocal, m);
+    a.lse = st_->lse().Slice(qlocal, m);
+    a.delta = st_->delta().Slice(qlocal, m);
+    a.dq = st_->dq().Slice(qlocal, m);
     // The final O of the worker's own rows: backends whose backward forms D themselves (cudnn)
     // need it; the others ignore it. Helpers' rows carry D only (no O travels).
-    a.out = st_->o().Slice(*qlocal, m);
+    a.out = st_->o().Slice(qlocal, m);
   } else {
     a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape_, qtot, qoff, m);
     a.dout = ComponentView(qbuf->parts[1]->get(), qc[1], shape_, qtot, qoff, m);
@@ -408,8 +484,6 @@ absl::Status PassRunner::Compute(const ComputeOp& op, int t) {
     a.delta = StatView(qbuf->parts[3]->get(), shape_, qtot, qoff, m);
     a.dq = ComponentView(qpart->parts[0]->get(), q32, shape_, qtot, qoff, m);
   }
-  s.flops += 2.5 * ForwardFlops(shape_.batch, shape_.q_heads, shape_.head_dim, op.q_rows.begin, m,
-                                op.kv_rows.begin, n, mask);
   return Launch(&s.backward_launches, backend_->Backward(a));
 }
 
@@ -507,10 +581,7 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     s.idle_seconds = t1 - t0;
     if (t + 1 < T) RETURN_IF_ERROR(PostEarly(t + 1));
     stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
-    for (const ComputeOp& op : pass()[t].computes) {
-      RETURN_IF_ERROR(Compute(op, t));
-      ++s.units;
-    }
+    RETURN_IF_ERROR(ComputeStep(t));
     stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
     if (t + 1 < T) RETURN_IF_ERROR(PostLate(t + 1));
     s.busy_seconds = Now() - t1;

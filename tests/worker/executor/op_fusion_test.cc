@@ -1,0 +1,140 @@
+// FuseStepOps: which ops of a step become one backend call, and with which mask and positions.
+// Exactness of fused calls end to end is executor_simulation_test's job (every schedule, P 1..8).
+#include "worker/executor/op_fusion.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace dfa {
+namespace {
+
+struct Step {
+  std::vector<ComputeOp> ops;
+  std::vector<RowPlace> q, kv;
+  // Adds q_rows x kv_rows with the rows' places in the two layouts.
+  void Add(const std::vector<RowRange>& ql, RowRange qr, const std::vector<RowRange>& kl,
+           RowRange kr) {
+    ops.push_back({qr, kr});
+    q.push_back({&ql, Local(ql, qr)});
+    kv.push_back({&kl, Local(kl, kr)});
+  }
+  static int64_t Local(const std::vector<RowRange>& layout, RowRange r) {
+    int64_t local = 0;
+    for (const RowRange& s : layout) {
+      if (s.Contains(r)) return local + (r.begin - s.begin);
+      local += s.size();
+    }
+    ADD_FAILURE() << "rows outside the layout";
+    return 0;
+  }
+  std::vector<FusedCall> Fuse(MaskKind mask) const { return FuseStepOps(ops, q, kv, mask); }
+};
+
+TEST(OpFusionTest, ZigzagShardLocalStepIsOneCausalCallOnLocalPositions) {
+  const std::vector<RowRange> owned = {{0, 4}, {12, 16}};
+  Step s;
+  s.Add(owned, {0, 4}, owned, {0, 4});
+  s.Add(owned, {12, 16}, owned, {0, 4});
+  s.Add(owned, {12, 16}, owned, {12, 16});
+  const auto calls = s.Fuse(MaskKind::kCausal);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].ops, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(calls[0].mask, MaskKind::kCausal);
+  EXPECT_EQ(calls[0].m, 8);
+  EXPECT_EQ(calls[0].n, 8);
+  EXPECT_EQ(calls[0].q.local, 0);
+  EXPECT_EQ(calls[0].kv.local, 0);
+  EXPECT_EQ(calls[0].q_row0, 0);
+  EXPECT_EQ(calls[0].kv_row0, 0);
+}
+
+TEST(OpFusionTest, AdjacentOwnedRangesFuseInAnyOpOrder) {
+  const std::vector<RowRange> owned = {{4, 8}, {8, 12}};
+  Step s;  // the lower-left block last: the first two alone are an L without it
+  s.Add(owned, {4, 8}, owned, {4, 8});
+  s.Add(owned, {8, 12}, owned, {8, 12});
+  s.Add(owned, {8, 12}, owned, {4, 8});
+  const auto calls = s.Fuse(MaskKind::kCausal);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].ops, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(calls[0].q_row0, 4);
+  EXPECT_EQ(calls[0].kv_row0, 4);
+  EXPECT_EQ(calls[0].m, 8);
+}
+
+TEST(OpFusionTest, FullyVisibleBoxBecomesAFullCall) {
+  const std::vector<RowRange> owned = {{0, 4}, {12, 16}};
+  const std::vector<RowRange> received = {{4, 12}};  // one coalesced K/V buffer
+  Step s;
+  s.Add(owned, {12, 16}, received, {4, 8});
+  s.Add(owned, {12, 16}, received, {8, 12});
+  const auto calls = s.Fuse(MaskKind::kCausal);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].mask, MaskKind::kFull);
+  EXPECT_EQ(calls[0].q.local, 4);
+  EXPECT_EQ(calls[0].kv.local, 0);
+  EXPECT_EQ(calls[0].m, 4);
+  EXPECT_EQ(calls[0].n, 8);
+}
+
+TEST(OpFusionTest, MissingVisibleBlockKeepsOpsApart) {
+  const std::vector<RowRange> owned = {{0, 4}, {12, 16}};
+  Step s;  // q[12,16) x kv[0,4) is visible but not in this step
+  s.Add(owned, {0, 4}, owned, {0, 4});
+  s.Add(owned, {12, 16}, owned, {12, 16});
+  const auto calls = s.Fuse(MaskKind::kCausal);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].ops, (std::vector<int>{1}));
+  EXPECT_EQ(calls[1].q_row0, 12);
+  EXPECT_EQ(calls[1].kv_row0, 12);
+  EXPECT_EQ(calls[1].q.local, 4);
+  EXPECT_EQ(calls[1].mask, MaskKind::kCausal);
+}
+
+TEST(OpFusionTest, DifferentSourcesNeverFuse) {
+  const std::vector<RowRange> owned = {{8, 12}};
+  const std::vector<RowRange> a = {{0, 4}}, b = {{4, 8}};  // two separate buffers
+  Step s;
+  s.Add(owned, {8, 12}, a, {0, 4});
+  s.Add(owned, {8, 12}, b, {4, 8});
+  EXPECT_EQ(s.Fuse(MaskKind::kCausal).size(), 2u);
+}
+
+TEST(OpFusionTest, ShiftedMaskThatWouldSeeMorePairsIsRejected) {
+  const std::vector<RowRange> q = {{4, 8}};
+  const std::vector<RowRange> kv = {{0, 2}, {5, 7}};
+  Step s;  // on local positions keys [5,7) would look as old as [2,4): all visible
+  s.Add(q, {4, 8}, kv, {0, 2});
+  s.Add(q, {4, 8}, kv, {5, 7});
+  EXPECT_EQ(s.Fuse(MaskKind::kCausal).size(), 2u);
+  // Without a mask the same box is exact.
+  const auto full = s.Fuse(MaskKind::kFull);
+  ASSERT_EQ(full.size(), 1u);
+  EXPECT_EQ(full[0].mask, MaskKind::kFull);
+  EXPECT_EQ(full[0].n, 4);
+}
+
+TEST(OpFusionTest, FullMaskNeedsTheWholeRectangle) {
+  const std::vector<RowRange> owned = {{0, 4}, {4, 8}};
+  Step s;
+  s.Add(owned, {0, 4}, owned, {0, 4});
+  s.Add(owned, {4, 8}, owned, {4, 8});
+  EXPECT_EQ(s.Fuse(MaskKind::kFull).size(), 2u);
+  s.Add(owned, {0, 4}, owned, {4, 8});
+  s.Add(owned, {4, 8}, owned, {0, 4});
+  const auto calls = s.Fuse(MaskKind::kFull);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].m * calls[0].n, 64);
+}
+
+TEST(OpFusionTest, OverlappingOpsAreNeverMerged) {
+  const std::vector<RowRange> owned = {{0, 8}};
+  Step s;  // an invalid plan computing [0,4)x[0,4) twice must not be hidden by a fused call
+  s.Add(owned, {0, 4}, owned, {0, 4});
+  s.Add(owned, {0, 4}, owned, {0, 4});
+  EXPECT_EQ(s.Fuse(MaskKind::kCausal).size(), 2u);
+}
+
+}  // namespace
+}  // namespace dfa

@@ -1,0 +1,137 @@
+#include "worker/executor/op_fusion.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace dfa {
+namespace {
+
+// A piece of a source's rows: global rows [global, global + len) at local row `local`.
+struct Segment {
+  int64_t global, local, len;
+};
+
+// The source's segments clipped to local rows [a, b); empty when the layout does not cover them.
+std::vector<Segment> SegmentsIn(const std::vector<RowRange>& layout, int64_t a, int64_t b) {
+  std::vector<Segment> out;
+  int64_t local = 0;
+  for (const RowRange& r : layout) {
+    const int64_t lo = std::max(a, local), hi = std::min(b, local + r.size());
+    if (lo < hi) out.push_back({r.begin + (lo - local), lo, hi - lo});
+    local += r.size();
+  }
+  int64_t covered = 0;
+  for (const Segment& s : out) covered += s.len;
+  if (covered != b - a) out.clear();
+  return out;
+}
+
+// Fills the call's geometry for `ops` (all on the same two sources) and returns whether one
+// backend call computes exactly their pairs.
+bool Fits(const std::vector<ComputeOp>& all, const std::vector<RowPlace>& qp,
+          const std::vector<RowPlace>& kp, const std::vector<int>& ops, MaskKind mask,
+          FusedCall* call) {
+  int64_t qa = INT64_MAX, qb = INT64_MIN, ka = INT64_MAX, kb = INT64_MIN;
+  int64_t op_pairs = 0;
+  for (int i : ops) {
+    qa = std::min(qa, qp[i].local);
+    qb = std::max(qb, qp[i].local + all[i].q_rows.size());
+    ka = std::min(ka, kp[i].local);
+    kb = std::max(kb, kp[i].local + all[i].kv_rows.size());
+    op_pairs += VisiblePairs(all[i].q_rows.begin, all[i].q_rows.size(), all[i].kv_rows.begin,
+                             all[i].kv_rows.size(), mask);
+  }
+  const std::vector<Segment> qs = SegmentsIn(*qp[ops[0]].layout, qa, qb);
+  const std::vector<Segment> ks = SegmentsIn(*kp[ops[0]].layout, ka, kb);
+  if (qs.empty() || ks.empty()) return false;
+  call->ops = ops;
+  call->q = {qp[ops[0]].layout, qa};
+  call->kv = {kp[ops[0]].layout, ka};
+  call->m = qb - qa;
+  call->n = kb - ka;
+  call->q_row0 = qs.front().global;
+  call->kv_row0 = ks.front().global;
+  int64_t plan_pairs = 0;
+  bool shifted_equal = true;
+  for (const Segment& q : qs) {
+    for (const Segment& k : ks) {
+      const int64_t want = VisiblePairs(q.global, q.len, k.global, k.len, mask);
+      plan_pairs += want;
+      if (mask == MaskKind::kCausal) {
+        const int64_t got = VisiblePairs(call->q_row0 + (q.local - qa), q.len,
+                                         call->kv_row0 + (k.local - ka), k.len, mask);
+        // Within one pair of segments both masks are causal at some shift: the same count
+        // means the same pairs.
+        shifted_equal = shifted_equal && got == want;
+      }
+    }
+  }
+  if (plan_pairs != op_pairs) return false;  // the ops leave visible pairs of the box out
+  if (plan_pairs == call->m * call->n) {
+    call->mask = MaskKind::kFull;  // every pair visible: no mask at all
+    return true;
+  }
+  call->mask = mask;
+  return mask == MaskKind::kCausal && shifted_equal;
+}
+
+}  // namespace
+
+std::vector<FusedCall> FuseStepOps(const std::vector<ComputeOp>& ops,
+                                   const std::vector<RowPlace>& q_places,
+                                   const std::vector<RowPlace>& kv_places, MaskKind mask) {
+  std::vector<FusedCall> calls;
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    bool joined = false;
+    for (FusedCall& c : calls) {
+      if (q_places[c.ops[0]].layout != q_places[i].layout ||
+          kv_places[c.ops[0]].layout != kv_places[i].layout) {
+        continue;
+      }
+      std::vector<int> with = c.ops;
+      with.push_back(i);
+      FusedCall bigger;
+      if (Fits(ops, q_places, kv_places, with, mask, &bigger)) {
+        c = std::move(bigger);
+        joined = true;
+        break;
+      }
+    }
+    if (joined) continue;
+    FusedCall single;
+    single.ops = {i};
+    single.q = q_places[i];
+    single.kv = kv_places[i];
+    single.m = ops[i].q_rows.size();
+    single.n = ops[i].kv_rows.size();
+    single.mask = mask;
+    single.q_row0 = ops[i].q_rows.begin;
+    single.kv_row0 = ops[i].kv_rows.begin;
+    calls.push_back(std::move(single));
+  }
+  // Ops that fit together only with a third (an L-shape and its missing corner) join here.
+  for (bool merged = true; merged;) {
+    merged = false;
+    for (size_t a = 0; a < calls.size() && !merged; ++a) {
+      for (size_t b = a + 1; b < calls.size() && !merged; ++b) {
+        if (q_places[calls[a].ops[0]].layout != q_places[calls[b].ops[0]].layout ||
+            kv_places[calls[a].ops[0]].layout != kv_places[calls[b].ops[0]].layout) {
+          continue;
+        }
+        std::vector<int> with = calls[a].ops;
+        with.insert(with.end(), calls[b].ops.begin(), calls[b].ops.end());
+        std::sort(with.begin(), with.end());
+        FusedCall bigger;
+        if (Fits(ops, q_places, kv_places, with, mask, &bigger)) {
+          calls[a] = std::move(bigger);
+          calls.erase(calls.begin() + static_cast<std::ptrdiff_t>(b));
+          merged = true;
+        }
+      }
+    }
+  }
+  return calls;
+}
+
+}  // namespace dfa
