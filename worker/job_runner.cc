@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "worker/executor/plan_executor.h"
 
 namespace dfa {
@@ -48,6 +49,7 @@ absl::Status JobRunner::Prepare(WorkerSession* s, const v1::RunJobRequest& req) 
 
 absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
                                                   const std::function<bool()>& rpc_cancelled) {
+  const absl::Time rpc_start = absl::Now();
   if (req.session_id().empty()) return absl::InvalidArgumentError("session_id is empty");
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
   if (req.kind() != v1::JOB_FORWARD && req.kind() != v1::JOB_BACKWARD) {
@@ -102,6 +104,7 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   absl::StatusOr<PassStats> result;
   (void)s->transport->TakeDeviceIdleSeconds();  // drop what an earlier, failed job left
   const absl::Time job_start = absl::Now();
+  absl::Time executor_start = job_start;
   {
     std::vector<std::string> addrs(req.peer_transport_addresses().begin(),
                                    req.peer_transport_addresses().end());
@@ -116,15 +119,27 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
       opts.step_timeout = step_timeout_;
       opts.cancel = &s->cancel;
       PlanExecutor executor(s->backend.get(), *transport, s->storage.get(), opts);
+      executor_start = absl::Now();
       result = forward ? executor.RunForward(s->plan) : executor.RunBackward(s->plan);
     }
   }
+  const absl::Time executor_end = absl::Now();
   {
     std::lock_guard<std::mutex> l(wm);
     finished = true;
   }
   wcv.notify_all();
   watcher.join();
+  if (trace_jobs_) {
+    // DFA_TRACE_OPS=1: where the worker's part of a job's wall time goes (host clock, ms).
+    absl::FPrintF(stderr,
+                  "job trace %s %s: rpc->start %.3f ms, start->executor %.3f ms, executor %.3f "
+                  "ms, after %.3f ms\n",
+                  req.job_id(), kind, absl::ToDoubleMilliseconds(job_start - rpc_start),
+                  absl::ToDoubleMilliseconds(executor_start - job_start),
+                  absl::ToDoubleMilliseconds(executor_end - executor_start),
+                  absl::ToDoubleMilliseconds(absl::Now() - executor_end));
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     running_.erase(req.job_id());

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
@@ -49,6 +50,11 @@ class JobRunner {
   SessionRegistry* sessions_;
   std::atomic<WorkerMetrics*> metrics_;
   const absl::Duration step_timeout_;
+  // DFA_TRACE_OPS=1 (see worker/gpu/op_trace.h): one stderr line per job with its host times.
+  const bool trace_jobs_ = [] {
+    const char* v = std::getenv("DFA_TRACE_OPS");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<WorkerSession>> running_;  // job id -> session
   std::set<std::string> cancelled_early_;    // cancelled before they started (bounded)

@@ -8,13 +8,15 @@
 // (the executor's end of a pass) or when an Alloc() finds the pool full. So buffers that a pass
 // frees while its kernels and NCCL transfers may still read them are never handed out early,
 // and no step pays for a cudaFree's implicit device synchronisation. Same thread rules as the
-// inner backend.
+// inner backend. With DFA_TRACE_OPS=1 every call is timed on the device and each pass's
+// timeline printed at its Synchronize() (op_trace.h).
 #pragma once
 
 #include <memory>
 
 #include "kernels/attention_backend.h"
 #include "worker/gpu/device_memory_pool.h"
+#include "worker/gpu/op_trace.h"
 
 namespace dfa {
 
@@ -32,28 +34,18 @@ class PooledBackend : public AttentionBackend {
       : inner_(std::move(inner)), pool_(std::move(pool)) {}
 
   std::string_view Name() const override { return inner_->Name(); }
-  absl::Status Forward(const ForwardArgs& a) override { return inner_->Forward(a); }
-  absl::Status Backward(const BackwardArgs& a) override { return inner_->Backward(a); }
-  absl::Status Merge(const MergeArgs& a) override { return inner_->Merge(a); }
+  absl::Status Forward(const ForwardArgs& a) override;
+  absl::Status Backward(const BackwardArgs& a) override;
+  absl::Status Merge(const MergeArgs& a) override;
   absl::Status ComputeDelta(const TensorView& dout, const TensorView& out,
-                            const RowStatView& delta, void* stream) override {
-    return inner_->ComputeDelta(dout, out, delta, stream);
-  }
-  absl::Status Convert(const TensorView& src, const TensorView& dst, void* stream) override {
-    return inner_->Convert(src, dst, stream);
-  }
-  absl::Status Accumulate(const TensorView& src, const TensorView& dst, void* stream) override {
-    return inner_->Accumulate(src, dst, stream);
-  }
+                            const RowStatView& delta, void* stream) override;
+  absl::Status Convert(const TensorView& src, const TensorView& dst, void* stream) override;
+  absl::Status Accumulate(const TensorView& src, const TensorView& dst, void* stream) override;
   absl::StatusOr<void*> Alloc(size_t bytes) override;
   void Free(void* p) override;
   absl::Status Copy(void* dst, const void* src, size_t bytes, CopyKind kind,
-                    void* stream) override {
-    return inner_->Copy(dst, src, bytes, kind, stream);
-  }
-  absl::Status Memset(void* dst, int value, size_t bytes, void* stream) override {
-    return inner_->Memset(dst, value, bytes, stream);
-  }
+                    void* stream) override;
+  absl::Status Memset(void* dst, int value, size_t bytes, void* stream) override;
   absl::Status Synchronize(void* stream) override;
 
   AttentionBackend* inner() { return inner_.get(); }
@@ -62,6 +54,7 @@ class PooledBackend : public AttentionBackend {
  private:
   std::unique_ptr<AttentionBackend> inner_;
   std::shared_ptr<DeviceMemoryPool> pool_;
+  std::unique_ptr<OpTrace> trace_{OpTrace::FromEnvironment()};  // DFA_TRACE_OPS=1 only
 };
 
 }  // namespace dfa
