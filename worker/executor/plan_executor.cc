@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 
@@ -388,7 +389,21 @@ absl::Status PassRunner::ComputeStep(int t) {
     qp.push_back(q.place);
     kp.push_back(kv.place);
   }
-  for (const FusedCall& call : FuseStepOps(ops, qp, kp, plan_.mask())) {
+  // DFA_FUSE_OPS=0: one call per op, as the plan lists them (for measuring what fusion gains).
+  static const bool fuse = [] {
+    const char* v = std::getenv("DFA_FUSE_OPS");
+    return v == nullptr || v[0] != '0';
+  }();
+  std::vector<FusedCall> calls;
+  if (fuse) {
+    calls = FuseStepOps(ops, qp, kp, plan_.mask());
+  } else {
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      calls.push_back(FuseStepOps({ops[i]}, {qp[i]}, {kp[i]}, plan_.mask())[0]);
+      calls.back().ops = {i};
+    }
+  }
+  for (const FusedCall& call : calls) {
     RETURN_IF_ERROR(Compute(call, qs[call.ops[0]], kvs[call.ops[0]], t));
   }
   return absl::OkStatus();
