@@ -5,6 +5,7 @@
 // elsewhere the mma.sync one (flash_bwd_kernel.cuh).
 #include "kernels/cuda/flash_bwd_kernel.cuh"
 #include "kernels/cuda/flash_bwd_sm90.cuh"
+#include "kernels/cuda/flash_bwd_sm90_pipe.cuh"
 #include "kernels/cuda/flash_bwd_sm90_ws.cuh"
 #include "kernels/cuda/sm90_dispatch.h"
 
@@ -12,6 +13,10 @@ namespace dfa::cuda {
 cudaError_t LaunchBwdBf16Hdim64(const BwdParams& p, cudaStream_t stream) {
   if (UseSm90Kernels()) {
     if (UseSm90WsBackward()) {  // TMA + warp specialisation; NotSupported: strides TMA cannot map
+      if (UseSm90BwdPipe()) {  // dQ by a writer warp; NotSupported also: dq rows not 16-B aligned
+        const cudaError_t err = LaunchBwdSm90Pipe<__nv_bfloat16, 64>(p, stream);
+        if (err != cudaErrorNotSupported) return err;
+      }
       const cudaError_t err = LaunchBwdSm90Ws<__nv_bfloat16, 64>(p, stream);
       if (err != cudaErrorNotSupported) return err;
     }

@@ -65,6 +65,23 @@ inline bool UseSm90WsBackward() {
   return enabled;
 }
 
+// The Hopper backward's kernel when DFA_CUDA_BWD_PIPE is unset: the "pipe" kernel
+// (flash_bwd_sm90_pipe.cuh: dQ staged in shared memory and added by a writer warp with bulk
+// reduce-add, dQ issued before dK) when true, else the atomic-dQ TMA kernel.
+inline constexpr bool kSm90BwdPipeDefault = false;
+
+// True when the warp-specialised backward runs the pipe kernel (where the dq rows allow bulk
+// copies): DFA_CUDA_BWD_PIPE=1 / =0 force it on / off, unset gives kSm90BwdPipeDefault.
+// DFA_CUDA_BWD_WS=0 (the cp.async kernel) takes precedence.
+inline bool UseSm90BwdPipe() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_PIPE");
+    if (e == nullptr || e[0] == '\0') return kSm90BwdPipeDefault;
+    return e[0] != '0';
+  }();
+  return enabled;
+}
+
 // True when DFA_CUDA_BWD_DQ_BULK is "1": the warp-specialised backward (head dim 128) then stages
 // dQ in shared memory and a producer warp adds it to dq with bulk reduce-add copies; otherwise
 // (default) the consumer warps add it with float2 atomics. Opt-in: not yet run on the GPU, and

@@ -109,6 +109,14 @@ __device__ inline void BulkWaitRead() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 #endif
 }
+// Waits until at most kPending of this thread's newest bulk groups have not yet read their
+// source (the older groups' sources may be rewritten).
+template <int kPending>
+__device__ inline void BulkWaitReadPending() {
+#ifdef DFA_WGMMA
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
 // Waits until every bulk group of this thread has completed.
 __device__ inline void BulkWait() {
 #ifdef DFA_WGMMA
