@@ -1,9 +1,12 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/grpc_status.h"
 #include "coordinator/session_plan.h"
 #include "kernels/attention_backend.h"
@@ -25,6 +28,9 @@ struct JobManager::Record {
   absl::Status failure;  // first failure or cancellation; OK while all goes well
   absl::Time stop_requested = absl::InfinitePast();  // when the workers were asked to stop
   bool calls_cancelled = false;
+  // DFA_TRACE_OPS=1 only: when each RunJob call left and came back.
+  absl::Time issued = absl::InfinitePast();
+  std::vector<absl::Time> returned;
 
   bool final() const { return job.state() >= v1::JOB_SUCCEEDED; }
 };
@@ -36,6 +42,16 @@ struct CancelCall {
   v1::CancelWorkerJobRequest req;
   v1::CancelWorkerJobResponse resp;
 };
+
+// DFA_TRACE_OPS=1: one stderr line per finished job with the control plane's times (absolute
+// unix microseconds, comparable with the workers' "job trace" lines on the same host).
+bool TraceJobs() {
+  static const bool on = [] {
+    const char* v = std::getenv("DFA_TRACE_OPS");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  return on;
+}
 
 double JobFlops(const v1::AttentionSpec& s, v1::JobKind kind) {
   const double fwd = ForwardFlops(s.batch(), s.q_heads(), s.head_dim(), 0, s.seq_len(), 0,
@@ -145,6 +161,7 @@ void JobManager::Flush() {
     touch.swap(to_touch_);
   }
   for (const auto& rec : launch) {
+    if (TraceJobs()) rec->issued = absl::Now();
     for (size_t r = 0; r < rec->contexts.size(); ++r) {
       const int rank = static_cast<int>(r);
       stubs_->Get(rec->session->shards[r].address)
@@ -191,6 +208,10 @@ void JobManager::OnWorkerDone(const std::shared_ptr<Record>& rec, int rank,
     calls_in_flight_--;
     rec->pending--;
     rec->done[rank] = true;
+    if (TraceJobs()) {
+      rec->returned.resize(rec->done.size(), absl::InfinitePast());
+      rec->returned[rank] = absl::Now();
+    }
     const SessionShard& shard = rec->session->shards[rank];
     if (status.ok()) {
       const v1::WorkerPlan& wp = rec->session->plan.workers(rank);
@@ -241,6 +262,17 @@ void JobManager::FinishLocked(Record& rec) {
   }
   if (was_running) {
     job.set_wall_seconds(absl::ToDoubleSeconds(now - rec.started));
+    if (TraceJobs()) {
+      std::string ranks;
+      for (size_t r = 0; r < rec.returned.size(); ++r) {
+        absl::StrAppend(&ranks, " rank ", r, " back +",
+                        absl::ToDoubleMilliseconds(rec.returned[r] - rec.started), " ms;");
+      }
+      absl::FPrintF(stderr, "coordinator trace %s: started at %d us, RunJob issued +%.3f ms;%s finished +%.3f ms\n",
+                    job.job_id(), absl::ToUnixMicros(rec.started),
+                    absl::ToDoubleMilliseconds(rec.issued - rec.started), ranks,
+                    absl::ToDoubleMilliseconds(now - rec.started));
+    }
     for (size_t r = 0; r < rec.responses.size(); ++r) {
       if (rec.responses[r].rank() == static_cast<int>(r) && rec.done[r]) {
         *job.add_workers() = rec.responses[r];

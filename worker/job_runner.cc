@@ -133,9 +133,10 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   if (trace_jobs_) {
     // DFA_TRACE_OPS=1: where the worker's part of a job's wall time goes (host clock, ms).
     absl::FPrintF(stderr,
-                  "job trace %s %s: rpc->start %.3f ms, start->executor %.3f ms, executor %.3f "
-                  "ms, after %.3f ms\n",
-                  req.job_id(), kind, absl::ToDoubleMilliseconds(job_start - rpc_start),
+                  "job trace %s %s: rpc at %d us, rpc->start %.3f ms, start->executor %.3f ms, "
+                  "executor %.3f ms, after %.3f ms\n",
+                  req.job_id(), kind, absl::ToUnixMicros(rpc_start),
+                  absl::ToDoubleMilliseconds(job_start - rpc_start),
                   absl::ToDoubleMilliseconds(executor_start - job_start),
                   absl::ToDoubleMilliseconds(executor_end - executor_start),
                   absl::ToDoubleMilliseconds(absl::Now() - executor_end));

@@ -115,6 +115,13 @@ class PassRunner {
   std::vector<Group> early_, late_;
   std::unique_ptr<DeviceBuffer> out_acc_;  // forward fp32 output accumulator (dtype != f32)
   TensorView out_view_;                    // fp32 [B, rows, Hq, D] accumulator view
+  // Forward: local rows of the output accumulator (and LSE) that hold a partial already. The
+  // first call on rows writes them (accumulate = false): no zeroing and -inf fill per pass.
+  std::vector<RowRange> acc_ready_;
+  // Rows [a, a + m): *fresh = none of them was written yet (then they count as written now);
+  // otherwise the unwritten ones are initialised (O = 0, LSE = -inf) so that a call can merge.
+  absl::Status PrepareAccRows(int64_t a, int64_t m, bool* fresh);
+  absl::Status InitAccRows(const RowRange& local);
   PassStats stats_;
   StepStats* cur_ = nullptr;
 };
@@ -328,6 +335,9 @@ absl::Status PassRunner::Merge(const Buffer& a) {
   StepStats& s = *cur_;
   switch (a.tensor) {
     case PlanTensor::kOutPartial: {
+      bool fresh = false;
+      RETURN_IF_ERROR(PrepareAccRows(local, n, &fresh));
+      if (fresh) RETURN_IF_ERROR(InitAccRows({local, local + n}));
       MergeArgs m;
       m.out_a = out_view_.Slice(local, n);
       m.lse_a = st_->lse().Slice(local, n);
@@ -463,6 +473,9 @@ absl::Status PassRunner::Compute(const FusedCall& call, const Side& qside, const
     a.accumulate = true;
     a.stream = stream_;
     if (qbuf == nullptr) {
+      bool fresh = false;
+      RETURN_IF_ERROR(PrepareAccRows(qlocal, m, &fresh));
+      a.accumulate = !fresh;
       a.q = st_->q().Slice(qlocal, m);
       a.out = out_view_.Slice(qlocal, m);
       a.lse = st_->lse().Slice(qlocal, m);
@@ -500,6 +513,50 @@ absl::Status PassRunner::Compute(const FusedCall& call, const Side& qside, const
     a.dq = ComponentView(qpart->parts[0]->get(), q32, shape_, qtot, qoff, m);
   }
   return Launch(&s.backward_launches, backend_->Backward(a));
+}
+
+absl::Status PassRunner::PrepareAccRows(int64_t a, int64_t m, bool* fresh) {
+  std::vector<RowRange> gaps;  // parts of [a, a + m) not written yet
+  int64_t at = a;
+  std::sort(acc_ready_.begin(), acc_ready_.end(),
+            [](const RowRange& x, const RowRange& y) { return x.begin < y.begin; });
+  for (const RowRange& r : acc_ready_) {
+    if (r.end <= at || r.begin >= a + m) continue;
+    if (r.begin > at) gaps.push_back({at, r.begin});
+    at = std::max(at, r.end);
+  }
+  if (at < a + m) gaps.push_back({at, a + m});
+  *fresh = gaps.size() == 1 && gaps[0].begin == a && gaps[0].end == a + m;
+  if (!*fresh) {
+    for (const RowRange& g : gaps) RETURN_IF_ERROR(InitAccRows(g));
+  }
+  for (const RowRange& g : gaps) acc_ready_.push_back(g);
+  return absl::OkStatus();
+}
+
+absl::Status PassRunner::InitAccRows(const RowRange& local) {
+  const int64_t n = local.size();
+  if (n <= 0) return absl::OkStatus();
+  StepStats unattributed;  // only outside the steps (none exist)
+  StepStats& counts = cur_ != nullptr ? *cur_ : unattributed;
+  const TensorView out = out_view_.Slice(local.begin, n);
+  const int64_t row_bytes = int64_t{shape_.q_heads} * shape_.head_dim * 4;
+  for (int b = 0; b < shape_.batch; ++b) {
+    char* base = static_cast<char*>(out.data) + b * out.BatchStride() * 4;
+    RETURN_IF_ERROR(Launch(&counts.other_launches,
+                           backend_->Memset(base, 0, static_cast<size_t>(n * row_bytes), stream_)));
+  }
+  // LSE = -inf: staged through a dense device buffer, copied into the rows' strided slots.
+  const int64_t count = int64_t{shape_.batch} * shape_.q_heads * n;
+  std::vector<float> ninf(static_cast<size_t>(count), -std::numeric_limits<float>::infinity());
+  ASSIGN_OR_RETURN(void* p, backend_->Alloc(static_cast<size_t>(count) * 4));
+  DeviceBuffer staging(backend_, p);
+  RETURN_IF_ERROR(backend_->Copy(p, ninf.data(), ninf.size() * 4,
+                                 AttentionBackend::CopyKind::kHostToDevice, stream_));
+  const Component stat{DType::kF32, shape_.q_heads, true};
+  const TensorView src = ComponentView(p, stat, shape_, n, 0, n);
+  const TensorView dst = ComponentView(st_->lse().data, stat, shape_, st_->rows(), local.begin, n);
+  return Launch(&counts.other_launches, backend_->Convert(src, dst, stream_));
 }
 
 int PassRunner::LastUse(const Transfer& recv, int t) const {
@@ -554,14 +611,7 @@ absl::StatusOr<PassStats> PassRunner::Run() {
       out_view_.data = p;
       out_view_.dtype = DType::kF32;
     }
-    RETURN_IF_ERROR(backend_->Memset(out_view_.data, 0,
-                                     static_cast<size_t>(int64_t{shape_.batch} * rows *
-                                                         shape_.q_heads * shape_.head_dim * 4),
-                                     stream_));
-    std::vector<float> ninf(static_cast<size_t>(int64_t{shape_.batch} * shape_.q_heads * rows),
-                            -std::numeric_limits<float>::infinity());
-    RETURN_IF_ERROR(backend_->Copy(st_->lse().data, ninf.data(), ninf.size() * 4,
-                                   AttentionBackend::CopyKind::kHostToDevice, stream_));
+    acc_ready_.clear();
   } else {
     for (TensorView g : {st_->dq(), st_->dk(), st_->dv()}) {
       RETURN_IF_ERROR(backend_->Memset(
@@ -613,6 +663,11 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     const double t0 = Now();
     RETURN_IF_ERROR(FinishLate(T - 1));
     stats_.steps[T - 1].idle_seconds += Now() - t0;
+  }
+  if (fwd_) {  // rows no call wrote (no plan leaves any): an empty output, LSE -inf
+    bool fresh = false;
+    RETURN_IF_ERROR(PrepareAccRows(0, rows, &fresh));
+    if (fresh) RETURN_IF_ERROR(InitAccRows({0, rows}));
   }
   if (fwd_ && out_acc_ != nullptr) {
     RETURN_IF_ERROR(backend_->Convert(out_view_, st_->o(), stream_));

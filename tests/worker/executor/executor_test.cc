@@ -111,5 +111,44 @@ TEST(PlanExecutorTest, ReportsStepStatsThatAddUp) {
   for (float o : sim->out) ASSERT_NEAR(o, 1.f, 1e-6);
 }
 
+// The first call on a row writes it (no zeroing per pass); a call that covers rows of which only
+// some hold a partial initialises the others first. A hand plan (P = 1, full mask, batch 2) whose
+// second op covers written and unwritten rows must give the one-op plan's output.
+TEST(PlanExecutorTest, CallsOverPartlyWrittenRowsInitialiseTheRest) {
+  auto one_step = [](std::vector<std::vector<ComputeOp>> steps) {
+    Plan plan;
+    plan.schedule = "hand";
+    plan.seq_len = 16;
+    plan.causal = false;
+    plan.workers.resize(1);
+    plan.workers[0].owned = {{0, 16}};
+    for (auto& ops : steps) {
+      PlanStep st;
+      st.computes = ops;
+      plan.workers[0].forward.push_back(st);
+    }
+    PlanStep bwd;
+    bwd.computes = {{{0, 16}, {0, 16}}};
+    plan.workers[0].backward = {bwd};
+    return plan;
+  };
+  const Plan pieces = one_step({{{{8, 16}, {0, 8}}}, {{{0, 16}, {8, 16}}}, {{{0, 8}, {0, 8}}}});
+  const Plan whole = one_step({{{{0, 16}, {0, 16}}}});
+  SessionShape shape{2, 2, 1, 8, DType::kF32};
+  const size_t nq = 2 * 16 * 2 * 8, nk = 2 * 16 * 8;
+  SimulationInputs in;
+  for (size_t i = 0; i < nq; ++i) in.q.push_back(static_cast<float>((i * 37) % 11) / 11 - 0.5f);
+  for (size_t i = 0; i < nk; ++i) in.k.push_back(static_cast<float>((i * 53) % 13) / 13 - 0.5f);
+  for (size_t i = 0; i < nk; ++i) in.v.push_back(static_cast<float>((i * 29) % 7) / 7 - 0.5f);
+  in.dout.assign(nq, 0.25f);
+  auto a = Simulate(pieces, shape, in);
+  auto b = Simulate(whole, shape, in);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->out.size(), b->out.size());
+  for (size_t i = 0; i < a->out.size(); ++i) ASSERT_NEAR(a->out[i], b->out[i], 1e-5) << i;
+  for (size_t i = 0; i < a->lse.size(); ++i) ASSERT_NEAR(a->lse[i], b->lse[i], 1e-5) << i;
+}
+
 }  // namespace
 }  // namespace dfa
