@@ -13,8 +13,9 @@ namespace dfa::cuda {
 cudaError_t LaunchBwdF16Hdim64(const BwdParams& p, cudaStream_t stream) {
   if (UseSm90Kernels()) {
     if (UseSm90WsBackward()) {  // TMA + warp specialisation; NotSupported: strides TMA cannot map
-      if (UseSm90BwdPipe()) {  // dQ by a writer warp; NotSupported also: dq rows not 16-B aligned
-        const cudaError_t err = LaunchBwdSm90Pipe<__half, 64>(p, stream);
+      // Pipe kernel (dQ added by writer warps with TMA); NotSupported: tensors TMA cannot map.
+      if (const int mode = Sm90BwdPipeMode(); mode > 0) {
+        const cudaError_t err = LaunchBwdSm90Pipe<__half, 64>(p, mode, stream);
         if (err != cudaErrorNotSupported) return err;
       }
       const cudaError_t err = LaunchBwdSm90Ws<__half, 64>(p, stream);

@@ -1,19 +1,27 @@
-// Hopper backward unit, warp-specialised with a dQ writer warp ("pipe" kernel, sm_90a). Same
+// Hopper backward unit, warp-specialised with dQ writer warps ("pipe" kernel, sm_90a). Same
 // contract and math as flash_bwd_sm90.cuh (BwdParams; ComputeDelta has run; dq, dk, dv are fp32
-// and receive +=). Chosen by the launchers of flash_bwd_*.cu (UseSm90BwdPipe, sm90_dispatch.h)
-// when the dq rows suit bulk copies (16-byte aligned rows), else the atomic-dQ kernel of
-// flash_bwd_sm90_ws.cuh runs.
+// and receive +=). Chosen by the launchers of flash_bwd_*.cu (Sm90BwdPipeMode, sm90_dispatch.h)
+// where TMA can describe q, k, v, dout and dq (fp32 dq rows: 16-byte aligned, strides multiples
+// of 4 elements), else the atomic-dQ kernel of flash_bwd_sm90_ws.cuh runs.
 //
 // Differences from FlashBwdSm90WsKernel (same tiles: CTA = producer warpgroup + 2 consumer
-// warpgroups owning 128 key rows, 64-row query blocks, TMA Q / dO ring, K / V loaded once):
+// warpgroups owning 64 of the 128 key rows each, 64-row query blocks, TMA Q / dO ring, K / V
+// loaded once):
 // - The consumers never add dQ to global memory. Each consumer warpgroup writes its dQ tile
-//   (64 query rows x 64 fp32: D=128 its column half, D=64 its keys' partial) times the scale to
-//   its own shared staging buffer and arrives on dq_full[wg]; producer warp 1 adds the rows to
-//   dq with cp.reduce.async.bulk (add.f32, 256 B per row) and releases the buffer (dq_empty[wg])
-//   as soon as the copy engine has read it.
+//   times the scale to its own shared staging buffer (fp32, 64 rows x 32-column panels with
+//   128-byte swizzle) and arrives on dq_full[wg]; producer warp 1 + wg adds the tile to dq with
+//   TMA tensor reduce-adds (cp.reduce.async.bulk.tensor, one per panel; rows past m skipped by
+//   the copy engine) and releases the buffer (dq_empty[wg]) once the engine has read it.
+// - kIndep = false (head dim 128 only): as the atomic kernel, dQ's 64-column halves are split
+//   between the warpgroups over all 128 keys, so both warpgroups' dS^T must be in shared memory
+//   first (one 256-thread named barrier per item, dS^T double buffered).
+//   kIndep = true: each warpgroup computes the dQ partial of its own 64 keys over all kD columns
+//   (head dim 128: two 64-column GEMMs in a row) from its own dS^T rows, so the warpgroups never
+//   wait for each other (a 128-thread barrier per item); dQ is reduced twice as often.
+//   `offset` (kIndep): warpgroup 1 starts once warpgroup 0 has computed its first P^T, so their
+//   softmax phases fall on each other's GEMMs.
 // - Per item the GEMMs are issued as S^T, dP^T | dV | (barrier) dQ, dK: the consumer waits for
-//   dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's order);
-//   only then does it wait for dK and release the Q / dO stage.
+//   dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's order).
 // Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool).
 #pragma once
 
@@ -23,57 +31,76 @@
 
 #include <cmath>
 
-#include "kernels/cuda/flash_bwd_sm90_ws.cuh"  // BwdTmaMaps, kBwdDsBarrier
+#include "kernels/cuda/flash_bwd_sm90_ws.cuh"  // kBwdDsBarrier, EncodeRowTensorMap
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/sm90_common.cuh"
 #include "kernels/cuda/sm90_tma.cuh"
 
 namespace dfa::cuda {
 
-template <int kD>
+// The TMA descriptors of one pipe backward launch (kernel parameter, __grid_constant__).
+struct BwdPipeMaps {
+  CUtensorMap q, k, v, dout, dq;
+};
+
+template <int kD, bool kIndep>
 struct BwdPipeTraits {
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2, kThreads = 384;
   static constexpr int kKVElems = kBlockN * kD;
   static constexpr int kQElems = kBlockM * kD;
   static constexpr int kDsElems = kBlockN * kBlockM;
-  // dQ staging per consumer warpgroup: 64 rows x 64 fp32, rows padded to 72 floats (288 B: 16-byte
-  // aligned for the bulk copy; 72 % 32 = 8 keeps the float2 stores of a half-warp conflict-free).
-  static constexpr int kDqStride = 72;
-  static constexpr int kDqWgFloats = kBlockM * kDqStride;
-  // Layout (bytes from the 1024-aligned base): K, V, Q[kStages], dO[kStages], dS^T[2],
-  // LSE[kStages][64], Delta[kStages][64], dQ staging [2], mbarriers (kv, full[kStages],
+  static constexpr int kDsBuffers = kIndep ? 1 : 2;
+  // dQ staging per consumer warpgroup: kDqCols fp32 columns as panels of 64 rows x 32 columns
+  // (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8): the TMA box with 128B swizzle).
+  static constexpr int kDqCols = kIndep ? kD : 64;
+  static constexpr int kDqPanels = kDqCols / 32;
+  static constexpr int kDqWgFloats = kBlockM * kDqCols;
+  // Layout (bytes from the 1024-aligned base): K, V, Q[kStages], dO[kStages], dS^T[kDsBuffers],
+  // LSE[kStages][64], Delta[kStages][64] (1 KB), dQ staging [2], mbarriers (kv, full[kStages],
   // empty[kStages], dq_full[2], dq_empty[2]).
-  static constexpr int kStatOffset = (2 * kKVElems + 2 * kStages * kQElems + 2 * kDsElems) * 2;
+  static constexpr int kStatOffset =
+      (2 * kKVElems + 2 * kStages * kQElems + kDsBuffers * kDsElems) * 2;
   static constexpr int kDqOffset = kStatOffset + 2 * kStages * kBlockM * 4;
   static constexpr int kBarOffset = kDqOffset + 2 * kDqWgFloats * 4;
   static constexpr int kSmemBytes = kBarOffset + 8 * (5 + 2 * kStages) + 1024;  // + alignment
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
+  static_assert(kDqOffset % 1024 == 0, "swizzled staging panels need 1024-byte alignment");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  static_assert(kIndep || kD == 128, "the column split needs head dim 128");
 };
 
-template <typename T, int kD>
+// Named barriers of the pipe kernel (1 = kBwdDsBarrier, both consumers, column split):
+// 2 + wg: one consumer warpgroup's dS^T written (kIndep); 4: warpgroup 1's start (offset).
+constexpr int kBwdPipeOwnDsBarrier = 2, kBwdPipeStartBarrier = 4;
+
+// Byte offset of fp32 element (row, col) in a staging buffer of 32-column swizzled panels.
+__device__ inline int DqStageOffset(int row, int col) {
+  return (col >> 5) * (64 * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
+         (col & 3) * 4;
+}
+
+template <typename T, int kD, bool kIndep>
 __global__ void __launch_bounds__(384, 1)
     FlashBwdSm90PipeKernel(const __grid_constant__ BwdParams p,
-                           const __grid_constant__ BwdTmaMaps maps) {
+                           const __grid_constant__ BwdPipeMaps maps, int offset) {
 #ifdef DFA_WGMMA
   using Tr = ElemTraits<T>;
-  using Cfg = BwdPipeTraits<kD>;
+  using Cfg = BwdPipeTraits<kD, kIndep>;
   constexpr int kBlockN = Cfg::kBlockN, kBlockM = Cfg::kBlockM, kStages = Cfg::kStages;
   constexpr int kPanels = kD / 64;
-  constexpr bool kSplitN = kD == 128;  // dQ: split columns (128) or keys (64) between warpgroups
-  constexpr int kNS = kBlockM / 2;     // S^T / dP^T accumulator floats per thread (m64 n64)
-  constexpr int kNA = kD / 2;          // dK / dV accumulator floats per thread (m64 n kD)
+  constexpr int kNS = kBlockM / 2;  // S^T / dP^T accumulator floats per thread (m64 n64)
+  constexpr int kNA = kD / 2;       // dK / dV accumulator floats per thread (m64 n kD)
   extern __shared__ __align__(1024) char smem_bwp[];
   char* base = smem_bwp + ((1024 - (SmemAddr(smem_bwp) & 1023)) & 1023);
   T* s_k = reinterpret_cast<T*>(base);
   T* s_v = s_k + Cfg::kKVElems;
   T* s_q_base = s_v + Cfg::kKVElems;                                 // kStages stages
   T* s_do_base = s_q_base + kStages * Cfg::kQElems;                  // kStages stages
-  T* s_ds_base = s_do_base + kStages * Cfg::kQElems;                 // 2 buffers (item parity)
+  T* s_ds_base = s_do_base + kStages * Cfg::kQElems;                 // kDsBuffers buffers
   float* s_lse = reinterpret_cast<float*>(base + Cfg::kStatOffset);  // [kStages][kBlockM]
   float* s_delta = s_lse + kStages * kBlockM;
-  float* s_dq = reinterpret_cast<float*>(base + Cfg::kDqOffset);  // [2][kBlockM][kDqStride]
+  char* s_dq = base + Cfg::kDqOffset;  // [2][kDqPanels][64 rows][128 B]
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(base + Cfg::kBarOffset);
   uint64_t* full = kv_full + 1;
   uint64_t* empty = full + kStages;
@@ -157,31 +184,25 @@ __global__ void __launch_bounds__(384, 1)
         }
         MbarArrive(full + s);  // release: this lane's LSE / Delta stores
       }
-    } else if (warp == 1) {  // dQ writer: staged rows -> dq by bulk reduce-add, 2 rows per lane
-      const int64_t rs = p.dq_row_stride;
-      float* dq_b = p.dq + b * p.dq_batch_stride + lane * rs;
+    } else if (warp <= 2) {  // dQ writer of consumer warpgroup w: staged tile -> dq (TMA add)
+      const int w = warp - 1;
+      const char* src = s_dq + w * Cfg::kDqWgFloats * 4;
+      const int col0 = kIndep ? 0 : w * 64;
       int m_tile = m_block_min, h = hk * group;
       for (int it = 0; it < items; ++it) {
-        const int rows = static_cast<int>(Min64(kBlockM, p.m - int64_t{m_tile} * kBlockM));
-        float* dq_g = dq_b + int64_t{m_tile} * kBlockM * rs + h * kD;
+        MbarWait(dq_full + w, it & 1);
+        if (lane == 0) {
 #pragma unroll
-        for (int w = 0; w < 2; ++w) {
-          MbarWait(dq_full + w, it & 1);
-          const float* src = s_dq + w * Cfg::kDqWgFloats + lane * Cfg::kDqStride;
-          float* dst = dq_g + (kSplitN ? w * 64 : 0);
-          if (lane < rows) BulkReduceAddF32(dst, src, 64 * 4);
-          if (lane + 32 < rows) BulkReduceAddF32(dst + 32 * rs, src + 32 * Cfg::kDqStride, 64 * 4);
+          for (int pn = 0; pn < Cfg::kDqPanels; ++pn)
+            TmaReduceAdd4d(&maps.dq, src + pn * 64 * 128, col0 + pn * 32, h, m_tile * kBlockM, b);
           BulkCommit();
+          BulkWaitRead();
         }
-        BulkWaitReadPending<1>();  // warpgroup 0's rows read
         __syncwarp();
-        if (lane == 0) MbarArrive(dq_empty);
-        BulkWaitReadPending<0>();
-        __syncwarp();
-        if (lane == 0) MbarArrive(dq_empty + 1);
+        if (lane == 0) MbarArrive(dq_empty + w);
         if (++m_tile == m_blocks) m_tile = m_block_min, ++h;
       }
-      BulkWait();
+      if (lane == 0) BulkWait();
     }
     return;
   }
@@ -193,23 +214,36 @@ __global__ void __launch_bounds__(384, 1)
   const int key_base = cw * 64 + warp * 16 + g;  // this thread's key rows: key_base, key_base + 8
   const int qrow_base = warp * 16 + g;           // this thread's query rows in the dQ phase
   const float scale_log2 = p.scale * kLog2e;
-  float* s_dq_wg = s_dq + cw * Cfg::kDqWgFloats;
+  char* s_dq_wg = s_dq + cw * Cfg::kDqWgFloats * 4;
+
+  // dQ accumulator (64 rows x 64 columns) times the scale into columns [col0, col0 + 64) of this
+  // warpgroup's staging buffer.
+  auto stage_dq = [&](const float* acc_dq, int col0) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = qrow_base + hf * 8;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<float2*>(s_dq_wg + DqStageOffset(row, col0 + j * 8 + 2 * t)) =
+            make_float2(acc_dq[4 * j + 2 * hf] * p.scale, acc_dq[4 * j + 2 * hf + 1] * p.scale);
+    }
+  };
 
   float acc_dk[kNA], acc_dv[kNA];
 #pragma unroll
   for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
 
+  if (kIndep && cw == 1 && offset) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
   for (int item = 0; item < items; ++item) {
     const int s = item % kStages;
     const int64_t m_begin = int64_t{m_block_min + item % per_head} * kBlockM;
     const T* s_q = s_q_base + s * Cfg::kQElems;
     const T* s_do = s_do_base + s * Cfg::kQElems;
-    T* s_ds = s_ds_base + (item & 1) * Cfg::kDsElems;
+    T* s_ds = s_ds_base + (kIndep ? 0 : (item & 1) * Cfg::kDsElems);
     const float* s_lse_cur = s_lse + s * kBlockM;
     const float* s_delta_cur = s_delta + s * kBlockM;
     MbarWait(full + s, (item / kStages) & 1);
-
     // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, as two commit groups.
     float st[kNS], dpt[kNS];
     WgmmaFence();
@@ -257,6 +291,9 @@ __global__ void __launch_bounds__(384, 1)
       ap[kk][2] = Tr::Pack(st[8 * kk + 4], st[8 * kk + 5]);
       ap[kk][3] = Tr::Pack(st[8 * kk + 6], st[8 * kk + 7]);
     }
+    if (kIndep) {  // warpgroup 1 may start (predicated arrive: no branch between wgmmas)
+      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && offset);
+    }
     // dV += P^T dO (dO read MN-major), on the tensor cores while dS^T is computed.
     FenceRegs<kNA>(acc_dv);
     WgmmaFence();
@@ -289,25 +326,34 @@ __global__ void __launch_bounds__(384, 1)
           ads[kk][3];
     }
     FenceProxyAsync();
-    // dS^T complete for both consumers. The buffer of this item's parity is rewritten only two
-    // items later, after both consumers passed the next item's barrier, i.e. after their dQ
-    // wgmmas of this item completed (WgmmaWait<1> below).
-    NamedBarrierSync(kBwdDsBarrier, 256);
+    if (kIndep) {
+      // This warpgroup's dS^T rows complete; only it reads them, after its previous dQ finished.
+      NamedBarrierSync(kBwdPipeOwnDsBarrier + cw, 128);
+    } else {
+      // dS^T complete for both consumers. The buffer of this item's parity is rewritten only two
+      // items later, after both consumers passed the next item's barrier, i.e. after their dQ
+      // wgmmas of this item completed (WgmmaWait<1> below).
+      NamedBarrierSync(kBwdDsBarrier, 256);
+    }
 
-    // dQ = dS K (A = dS^T read MN-major, B = K read MN-major), then dK += dS^T Q (Q read
+    // dQ = dS K (A = dS^T read MN-major, B = K read MN-major; kIndep: this warpgroup's keys,
+    // columns 0..63 first; else all keys, this warpgroup's 64 columns), then dK += dS^T Q (Q read
     // MN-major; the scale is applied at the end), as two commit groups.
     float acc_dq[32];
-    WgmmaFence();
-    constexpr int kQSteps = kSplitN ? kBlockN / 16 : 64 / 16;
+    auto issue_dq = [&](int col_panel) {
+      constexpr int kQSteps = kIndep ? 64 / 16 : kBlockN / 16;
 #pragma unroll
-    for (int kk = 0; kk < kQSteps; ++kk) {
-      const int key0 = kSplitN ? kk * 16 : cw * 64 + kk * 16;
-      const uint64_t da = MakeSmemDesc(s_ds + key0 * 64, kBlockN * 64 * 2, 1024);
-      const uint64_t db =
-          MakeSmemDesc(s_k + (kSplitN ? cw * kBlockN * 64 : 0) + key0 * 64, kBlockN * 64 * 2, 1024);
-      WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
-    }
-    WgmmaCommit();
+      for (int kk = 0; kk < kQSteps; ++kk) {
+        const int key0 = kIndep ? cw * 64 + kk * 16 : kk * 16;
+        const uint64_t da = MakeSmemDesc(s_ds + key0 * 64, kBlockN * 64 * 2, 1024);
+        const uint64_t db =
+            MakeSmemDesc(s_k + col_panel * kBlockN * 64 + key0 * 64, kBlockN * 64 * 2, 1024);
+        WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
+      }
+      WgmmaCommit();
+    };
+    WgmmaFence();
+    issue_dq(kIndep ? 0 : cw);
     FenceRegs<kNA>(acc_dk);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -322,15 +368,15 @@ __global__ void __launch_bounds__(384, 1)
 
     // Stage dQ * scale once the writer has read this warpgroup's previous tile.
     MbarWait(dq_empty + cw, (item & 1) ^ 1);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float* row = s_dq_wg + (qrow_base + hf * 8) * Cfg::kDqStride + 2 * t;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float2*>(row + j * 8) =
-            make_float2(acc_dq[4 * j + 2 * hf] * p.scale, acc_dq[4 * j + 2 * hf + 1] * p.scale);
+    stage_dq(acc_dq, 0);
+    if constexpr (kIndep && kD == 128) {  // columns 64..127 of this warpgroup's keys
+      WgmmaFence();
+      issue_dq(1);
+      WgmmaWait<0>();
+      FenceRegs<32>(acc_dq);
+      stage_dq(acc_dq, 64);
     }
-    FenceProxyAsync();  // the bulk copy reads through the async proxy
+    FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
     MbarArrive(dq_full + cw);
 
     WgmmaWait<0>();
@@ -365,36 +411,59 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// Queues the pipe backward. Returns cudaErrorNotSupported, with nothing queued, when TMA cannot
-// describe the inputs or the dq rows are not 16-byte aligned (the caller then runs another
-// kernel).
+// Describes the fp32 dq ([batch, rows, heads, kD], heads kD apart inside a row) as the 4-D
+// tensor {kD, heads, rows, batch} with boxes of 32 x 1 x 64 x 1 and 128-byte swizzle (one
+// staging panel). False when the driver rejects it (e.g. strides not multiples of 16 bytes).
+inline bool EncodeDqTensorMap(CUtensorMap* map, float* ptr, int d, int heads, int64_t rows,
+                              int batch, int64_t row_stride, int64_t batch_stride) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
+  if (encode == nullptr || rows <= 0) return false;
+  const int64_t bstride = batch > 1 ? batch_stride : rows * row_stride;  // unused when batch 1
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(d) * 4,
+                                 static_cast<cuuint64_t>(row_stride) * 4,
+                                 static_cast<cuuint64_t>(bstride) * 4};
+  const cuuint32_t box[4] = {32, 1, 64, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, ptr, dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Queues the pipe backward; mode 1: column-split dQ (head dim 128; head dim 64 runs mode 2),
+// 2: independent warpgroups, 3: independent with the start offset. Returns
+// cudaErrorNotSupported, with nothing queued, when TMA cannot describe the tensors (the caller
+// then runs another kernel).
 template <typename T, int kD>
-cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, cudaStream_t stream) {
-  using Cfg = BwdPipeTraits<kD>;
-  if (reinterpret_cast<uintptr_t>(p.dq) % 16 != 0 || p.dq_row_stride % 4 != 0 ||
-      (p.batch > 1 && p.dq_batch_stride % 4 != 0)) {
-    return cudaErrorNotSupported;
-  }
-  BwdTmaMaps maps;
+cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream) {
+  constexpr int kBlockM = BwdPipeTraits<kD, true>::kBlockM;
+  constexpr int kBlockN = BwdPipeTraits<kD, true>::kBlockN;
+  BwdPipeMaps maps;
   if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.m > INT32_MAX ||
       p.n > INT32_MAX || p.q_heads > INT32_MAX / kD ||
       !EncodeRowTensorMap<T>(&maps.q, p.q, kD, p.q_heads, p.m, p.batch, p.q_row_stride,
-                             p.q_batch_stride, Cfg::kBlockM) ||
+                             p.q_batch_stride, kBlockM) ||
       !EncodeRowTensorMap<T>(&maps.dout, p.dout, kD, p.q_heads, p.m, p.batch, p.do_row_stride,
-                             p.do_batch_stride, Cfg::kBlockM) ||
+                             p.do_batch_stride, kBlockM) ||
       !EncodeRowTensorMap<T>(&maps.k, p.k, kD, p.kv_heads, p.n, p.batch, p.k_row_stride,
-                             p.k_batch_stride, Cfg::kBlockN) ||
+                             p.k_batch_stride, kBlockN) ||
       !EncodeRowTensorMap<T>(&maps.v, p.v, kD, p.kv_heads, p.n, p.batch, p.v_row_stride,
-                             p.v_batch_stride, Cfg::kBlockN)) {
+                             p.v_batch_stride, kBlockN) ||
+      !EncodeDqTensorMap(&maps.dq, p.dq, kD, p.q_heads, p.m, p.batch, p.dq_row_stride,
+                         p.dq_batch_stride)) {
     return cudaErrorNotSupported;
   }
-  auto kernel = FlashBwdSm90PipeKernel<T, kD>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  const bool split = kD == 128 && mode == 1;
+  auto kernel = split ? FlashBwdSm90PipeKernel<T, kD, kD != 128>
+                      : FlashBwdSm90PipeKernel<T, kD, true>;
+  const int smem = split ? BwdPipeTraits<kD, kD != 128>::kSmemBytes
+                         : BwdPipeTraits<kD, true>::kSmemBytes;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((p.n + Cfg::kBlockN - 1) / Cfg::kBlockN), p.kv_heads,
-                  p.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, maps);
+  const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
+  kernel<<<grid, 384, smem, stream>>>(p, maps, mode == 3 ? 1 : 0);
   return cudaGetLastError();
 }
 

@@ -65,21 +65,23 @@ inline bool UseSm90WsBackward() {
   return enabled;
 }
 
-// The Hopper backward's kernel when DFA_CUDA_BWD_PIPE is unset: the "pipe" kernel
-// (flash_bwd_sm90_pipe.cuh: dQ staged in shared memory and added by a writer warp with bulk
-// reduce-add, dQ issued before dK) when true, else the atomic-dQ TMA kernel.
-inline constexpr bool kSm90BwdPipeDefault = false;
+// The Hopper warp-specialised backward when DFA_CUDA_BWD_PIPE is unset: 0 the atomic-dQ kernel
+// (flash_bwd_sm90_ws.cuh); 1..3 the "pipe" kernel (flash_bwd_sm90_pipe.cuh: dQ staged in shared
+// memory and added by writer warps with TMA reduce-add): 1 dQ columns split between the two
+// consumer warpgroups (head dim 128; 64 runs 2), 2 independent warpgroups (each its own keys'
+// dQ partial), 3 as 2 with warpgroup 1 started half an item late.
+inline constexpr int kSm90BwdPipeDefault = 0;
 
-// True when the warp-specialised backward runs the pipe kernel (where the dq rows allow bulk
-// copies): DFA_CUDA_BWD_PIPE=1 / =0 force it on / off, unset gives kSm90BwdPipeDefault.
+// The pipe mode (0..3 as above; the pipe kernel runs where TMA can describe the tensors):
+// DFA_CUDA_BWD_PIPE=0..3 forces one, unset (or another value) gives kSm90BwdPipeDefault.
 // DFA_CUDA_BWD_WS=0 (the cp.async kernel) takes precedence.
-inline bool UseSm90BwdPipe() {
-  static const bool enabled = [] {
+inline int Sm90BwdPipeMode() {
+  static const int mode = [] {
     const char* e = std::getenv("DFA_CUDA_BWD_PIPE");
-    if (e == nullptr || e[0] == '\0') return kSm90BwdPipeDefault;
-    return e[0] != '0';
+    if (e == nullptr || e[0] < '0' || e[0] > '3' || e[1] != '\0') return kSm90BwdPipeDefault;
+    return e[0] - '0';
   }();
-  return enabled;
+  return mode;
 }
 
 // True when DFA_CUDA_BWD_DQ_BULK is "1": the warp-specialised backward (head dim 128) then stages

@@ -86,6 +86,29 @@ __device__ inline void NamedBarrierArrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// 4-D TMA tile reduce-add (coordinates innermost first) of a shared-memory box into the global
+// tensor of `tmap` (fp32 add; elements outside the tensor are skipped), in the calling thread's
+// bulk group: the source may be rewritten after BulkWaitRead, the sums are visible after BulkWait.
+__device__ inline void TmaReduceAdd4d(const void* tmap, const void* smem_src, int c0, int c1,
+                                      int c2, int c3) {
+#ifdef DFA_WGMMA
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)),
+      "r"(SmemAddr(smem_src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+#endif
+}
+
+// Arrives on named barrier `id` (counted with `threads`) when `pred` is non-zero, as one
+// predicated instruction (no branch: ptxas serialises wgmmas around divergent paths).
+__device__ inline void NamedBarrierArriveIf(int id, int threads, int pred) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p bar.arrive %0, %1;\n}\n" ::"r"(id),
+      "r"(threads), "r"(pred)
+      : "memory");
+}
+
 // Bulk reduction of `bytes` (a multiple of 16; both addresses 16-byte aligned) of fp32 from
 // shared memory into global memory (element-wise atomic add), in the calling thread's bulk
 // group. The source may be rewritten after BulkWaitRead, the result is visible after BulkWait.
