@@ -54,6 +54,7 @@ struct Buffer {
 };
 
 struct Group {
+  std::vector<TransportMessage> sends, recvs;  // prepared, not yet posted (early groups)
   std::unique_ptr<PendingGroup> pending;
   std::vector<std::unique_ptr<DeviceBuffer>> staging;  // packed sends
   std::vector<std::unique_ptr<Buffer>> arrivals;       // received partials, merged after Wait
@@ -77,7 +78,10 @@ class PassRunner {
   absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(PlanTensor t, const RowRange& rows);
   Buffer* FindReceived(PlanTensor t, const RowRange& rows);
   absl::StatusOr<Buffer*> Partial(PlanTensor t, const RowRange& rows, int step);
-  absl::Status PostEarly(int t);
+  // The early group of step t: receive buffers allocated, sends packed (queued on the compute
+  // stream), then posted by LaunchEarly.
+  absl::Status PrepareEarly(int t);
+  absl::Status LaunchEarly(int t);
   absl::Status PostLate(int t);
   // Waits for step t's partial group and merges what it brought (one step after t's computes).
   absl::Status FinishLate(int t);
@@ -181,10 +185,11 @@ std::vector<Transfer> Sorted(const std::vector<Transfer>& list) {
   return v;
 }
 
-absl::Status PassRunner::PostEarly(int t) {
+absl::Status PassRunner::PrepareEarly(int t) {
   const PlanStep& step = pass()[t];
   Group& g = early_[t];
-  std::vector<TransportMessage> sends, recvs;
+  std::vector<TransportMessage>& sends = g.sends;
+  std::vector<TransportMessage>& recvs = g.recvs;
   const std::vector<Transfer> rs = Sorted(step.recvs);
   for (size_t i = 0; i < rs.size();) {
     const Transfer& x = rs[i];
@@ -268,8 +273,13 @@ absl::Status PassRunner::PostEarly(int t) {
       stats_.steps[t].bytes_sent += static_cast<int64_t>(bytes);
     }
   }
-  if (sends.empty() && recvs.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(g.pending, transport_->Post(sends, recvs, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status PassRunner::LaunchEarly(int t) {
+  Group& g = early_[t];
+  if (g.sends.empty() && g.recvs.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(g.pending, transport_->Post(g.sends, g.recvs, stream_));
   return absl::OkStatus();
 }
 
@@ -623,7 +633,8 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     RETURN_IF_ERROR(backend_->ComputeDelta(st_->dout(), st_->o(), st_->delta(), stream_));
   }
   if (T > 0) {
-    RETURN_IF_ERROR(PostEarly(0));
+    RETURN_IF_ERROR(PrepareEarly(0));
+    RETURN_IF_ERROR(LaunchEarly(0));
     RETURN_IF_ERROR(PostLate(0));
   }
   for (int t = 0; t < T; ++t) {
@@ -644,9 +655,19 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     if (t >= 1) RETURN_IF_ERROR(FinishLate(t - 1));
     double t1 = Now();
     s.idle_seconds = t1 - t0;
-    if (t + 1 < T) RETURN_IF_ERROR(PostEarly(t + 1));
+    // Step t+1's early group travels during step t's computes. A GPU transport takes a mark
+    // of what its sends wait for (the packing just queued), so the computes are queued first
+    // and the group's host-side launch (~0.1-0.4 ms for NCCL) no longer delays them.
+    bool launch_after = false;
+    if (t + 1 < T) {
+      RETURN_IF_ERROR(PrepareEarly(t + 1));
+      const Group& next = early_[t + 1];
+      launch_after = (!next.sends.empty() || !next.recvs.empty()) && transport_->MarkReady(stream_);
+      if (!launch_after) RETURN_IF_ERROR(LaunchEarly(t + 1));
+    }
     stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
     RETURN_IF_ERROR(ComputeStep(t));
+    if (launch_after) RETURN_IF_ERROR(LaunchEarly(t + 1));
     stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
     if (t + 1 < T) RETURN_IF_ERROR(PostLate(t + 1));
     s.busy_seconds = Now() - t1;

@@ -345,6 +345,14 @@ absl::StatusOr<double> NcclTransport::CollectComputeIdleSeconds() {
   return total;
 }
 
+bool NcclTransport::MarkReady(void* ready_stream) {
+  absl::MutexLock lock(&comm_mu_);
+  if (comm_aborted_ || ready_event_ == nullptr) return false;
+  premarked_ =
+      cudaEventRecord(ready_event_, static_cast<cudaStream_t>(ready_stream)) == cudaSuccess;
+  return premarked_;
+}
+
 absl::StatusOr<std::unique_ptr<PendingGroup>> NcclTransport::Post(
     std::span<const TransportMessage> sends, std::span<const TransportMessage> recvs,
     void* ready_stream) {
@@ -398,8 +406,11 @@ absl::StatusOr<std::unique_ptr<PendingGroup>> NcclTransport::Post(
     auto post = [&]() -> absl::Status {
       // Sends read data produced by work already queued on the compute stream; receives may
       // overwrite buffers that queued computes still read. Both wait for it.
-      CUDA_RETURN_IF_ERROR(
-          cudaEventRecord(ready_event_, static_cast<cudaStream_t>(ready_stream)));
+      if (!premarked_) {
+        CUDA_RETURN_IF_ERROR(
+            cudaEventRecord(ready_event_, static_cast<cudaStream_t>(ready_stream)));
+      }
+      premarked_ = false;
       for (int l = 0; l < kLanes; ++l) {
         if (!used[l]) continue;
         cudaStream_t stream = comm_streams_[l];
