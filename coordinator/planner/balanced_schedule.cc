@@ -22,6 +22,7 @@
 // the least true time under GpuCostParams (see Better below).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <tuple>
 
@@ -166,14 +167,32 @@ struct Score {
   double true_seconds = std::numeric_limits<double>::infinity();  // "gpu": fwd + bwd makespan
 };
 
-double Objective(const PlanCost& c) {
-  const double total = c.forward.makespan_seconds + c.backward.makespan_seconds;
-  const double ideal = c.forward.ideal_seconds + c.backward.ideal_seconds;
-  return std::max(c.forward.makespan_ratio, c.backward.makespan_ratio) +
-         (ideal > 0 ? 0.25 * total / ideal : 0);
+// One pass's costs as the search ranks them (see Score), kept so that the forward of one
+// candidate can be combined with the backward of another that has the same layout.
+struct PassScore {
+  double ratio = std::numeric_limits<double>::infinity();           // no overhead
+  double seconds = std::numeric_limits<double>::infinity();         // no overhead
+  double overhead_ratio = std::numeric_limits<double>::infinity();  // kSearchOpOverheadSeconds
+  double overhead_seconds = std::numeric_limits<double>::infinity();
+  double ideal = 0;
+};
+
+// Score of the plan made of forward `f` and backward `b` (profile "cpu"; the same as
+// Objective on the combined plan's cost: the passes are costed independently).
+Score Combine(const PassScore& f, const PassScore& b) {
+  Score score;
+  const double ideal = f.ideal + b.ideal;
+  score.balance = std::max(f.ratio, b.ratio);
+  score.balance_cost = score.balance + (ideal > 0 ? 0.25 * (f.seconds + b.seconds) / ideal : 0);
+  score.overhead_cost = std::max(f.overhead_ratio, b.overhead_ratio) +
+                        (ideal > 0 ? 0.25 * (f.overhead_seconds + b.overhead_seconds) / ideal : 0);
+  return score;
 }
 
-Score Evaluate(Plan plan, CostParams params, bool true_time) {
+// Scores `plan` equalized and with its backward derived (as MakePlan completes it); the per-pass
+// scores (profile "cpu") go to *fwd / *bwd when given.
+Score Evaluate(Plan plan, CostParams params, bool true_time, PassScore* fwd = nullptr,
+               PassScore* bwd = nullptr) {
   planner_internal::EqualizeSteps(plan);
   if (!HasBackwardSteps(plan)) DeriveBackwardSteps(plan);
   Score score;
@@ -182,15 +201,27 @@ Score Evaluate(Plan plan, CostParams params, bool true_time) {
     if (c.ok()) score.true_seconds = c->forward.makespan_seconds + c->backward.makespan_seconds;
     return score;
   }
+  PassScore f, b;
   params.op_overhead_seconds = 0;
   absl::StatusOr<PlanCost> c = EstimateCost(plan, params);
   if (!c.ok()) return score;
-  score.balance = std::max(c->forward.makespan_ratio, c->backward.makespan_ratio);
-  score.balance_cost = Objective(*c);
+  f.ratio = c->forward.makespan_ratio;
+  f.seconds = c->forward.makespan_seconds;
+  f.ideal = c->forward.ideal_seconds;
+  b.ratio = c->backward.makespan_ratio;
+  b.seconds = c->backward.makespan_seconds;
+  b.ideal = c->backward.ideal_seconds;
   params.op_overhead_seconds = kSearchOpOverheadSeconds;
   c = EstimateCost(plan, params);
-  if (c.ok()) score.overhead_cost = Objective(*c);
-  return score;
+  if (c.ok()) {
+    f.overhead_ratio = c->forward.makespan_ratio;
+    f.overhead_seconds = c->forward.makespan_seconds;
+    b.overhead_ratio = c->backward.makespan_ratio;
+    b.overhead_seconds = c->backward.makespan_seconds;
+  }
+  if (fwd != nullptr) *fwd = f;
+  if (bwd != nullptr) *bwd = b;
+  return Combine(f, b);
 }
 
 // Whether `a` is a better pick than `b` (see above).
@@ -211,28 +242,46 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   const bool true_time = r.profile == "gpu";
   const CostParams params =
       true_time ? GpuCostParams(r.shape, speeds) : CpuCostParams(r.shape, speeds);
-  Plan best = MakeSpeedProportionalPlan(r);
-  Score best_score = Evaluate(best, params, true_time);
-  auto consider = [&](Plan candidate) {
-    const Score score = Evaluate(candidate, params, true_time);
-    if (Better(score, best_score, true_time)) {
+  // Profile "cpu": every candidate's layout, per-pass scores and a way to remake it, so that the
+  // forward of one can be combined with the backward of another of the same layout (MixPasses).
+  struct Recorded {
+    std::function<Plan()> remake;
+    std::vector<std::vector<RowRange>> owned;
+    PassScore fwd, bwd;
+  };
+  std::vector<Recorded> recorded;
+  Plan best;
+  Score best_score;
+  auto consider = [&](Plan candidate, std::function<Plan()> remake) {
+    PassScore f, b;
+    const Score score = Evaluate(candidate, params, true_time, &f, &b);
+    if (!true_time) {
+      Recorded rec{std::move(remake), {}, f, b};
+      for (const WorkerPlan& w : candidate.workers) rec.owned.push_back(w.owned);
+      recorded.push_back(std::move(rec));
+    }
+    if (best.workers.empty() || Better(score, best_score, true_time)) {
       best = std::move(candidate);
       best_score = score;
     }
   };
+  consider(MakeSpeedProportionalPlan(r), [r] { return MakeSpeedProportionalPlan(r); });
   if (P >= 2 && r.seq_len >= 2 * int64_t{P}) {
-    Plan zigzag = MakeZigzagPlan(r);
-    zigzag.schedule = "balanced";
-    consider(std::move(zigzag));
+    auto zigzag = [r] {
+      Plan zigzag = MakeZigzagPlan(r);
+      zigzag.schedule = "balanced";
+      return zigzag;
+    };
+    consider(zigzag(), zigzag);
   }
   if (true_time) {  // The fixed schedules too: the least true time may be one of them.
     Plan ring = MakeRingPlan(r);
     ring.schedule = "balanced";
-    consider(std::move(ring));
+    consider(std::move(ring), nullptr);
     if (P % 2 == 0) {
       Plan distflash = MakeDistFlashPlan(r);
       distflash.schedule = "balanced";
-      consider(std::move(distflash));
+      consider(std::move(distflash), nullptr);
     }
   }
   const double slowest = *std::min_element(speeds.begin(), speeds.end());
@@ -249,41 +298,57 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     }
     // Every piece needs a row in each half; keep plans (and their step counts) modest.
     if (2 * total > r.seq_len || total > 16 * int64_t{P} + 64) break;
-    Plan striped = MakeStripedRingPlan(r, pieces);
-    planner_internal::EqualizeSteps(striped);
-    DeriveBackwardSteps(striped);
     // With unequal piece counts several workers may return dK/dV partials to one owner in the
     // same step: the same plan with the backward's transfers spread over 1 or 2 steps too.
+    auto striped = [r, pieces] {
+      Plan plan = MakeStripedRingPlan(r, pieces);
+      planner_internal::EqualizeSteps(plan);
+      DeriveBackwardSteps(plan);
+      return plan;
+    };
+    Plan base = striped();
     if (P >= 3) {
       for (int window : {1, 2}) {
-        Plan spread = striped;
+        Plan spread = base;
         planner_internal::BalanceTransfers(spread, params, window, /*forward=*/false);
-        consider(std::move(spread));
+        consider(std::move(spread), [striped, params, window] {
+          Plan plan = striped();
+          planner_internal::BalanceTransfers(plan, params, window, /*forward=*/false);
+          return plan;
+        });
       }
     }
-    consider(std::move(striped));
+    consider(std::move(base), striped);
     // The same ring with the K/V-stationary backward (query pieces travel, dQ partials return
     // home): fewer bytes per step than K/V + fp32 dK/dV, the backward's limit at large P.
     // With unequal speeds also with the ring visiting slow and fast workers alternately
     // (InterleavedRingOrder): fewer dQ partials into one fast owner in the same step.
     for (const std::vector<int>& order : ring_orders) {
-      PlanRequest slots = r;
-      std::vector<int> slot_pieces = pieces;
-      if (!order.empty()) {
-        for (int k = 0; k < P; ++k) {
-          slots.speeds[k] = speeds[order[k]];
-          slot_pieces[k] = pieces[order[k]];
+      auto kvs = [r, pieces, order, speeds] {
+        PlanRequest slots = r;
+        std::vector<int> slot_pieces = pieces;
+        if (!order.empty()) {
+          for (int k = 0; k < r.workers; ++k) {
+            slots.speeds[k] = speeds[order[k]];
+            slot_pieces[k] = pieces[order[k]];
+          }
         }
-      }
-      Plan kvs = MakeStripedRingPlan(slots, slot_pieces, /*kv_stationary_backward=*/true);
-      planner_internal::EqualizeSteps(kvs);
-      if (!order.empty()) planner_internal::PermuteWorkers(kvs, order);
+        Plan plan = MakeStripedRingPlan(slots, slot_pieces, /*kv_stationary_backward=*/true);
+        planner_internal::EqualizeSteps(plan);
+        if (!order.empty()) planner_internal::PermuteWorkers(plan, order);
+        return plan;
+      };
+      Plan kv_base = kvs();
       if (P >= 3) {
-        Plan spread = kvs;
+        Plan spread = kv_base;
         planner_internal::BalanceTransfers(spread, params, 1, /*forward=*/false);
-        consider(std::move(spread));
+        consider(std::move(spread), [kvs, params] {
+          Plan plan = kvs();
+          planner_internal::BalanceTransfers(plan, params, 1, /*forward=*/false);
+          return plan;
+        });
       }
-      consider(std::move(kvs));
+      consider(std::move(kv_base), kvs);
     }
   }
   // The cut ring (cut_ring_schedule.cc): the striped ring's layout with steps cut by work, exact
@@ -300,10 +365,16 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
            {CutRingOptions{1.25, 2, true}, CutRingOptions{1.25, 4, true},
             CutRingOptions{2, 4, true}}) {
         if (!CutRingApplies(slots, options)) continue;
-        Plan cut = MakeCutRingPlan(slots, options);
-        if (cut.workers.empty()) continue;
-        if (!order.empty()) planner_internal::PermuteWorkers(cut, order);
-        consider(std::move(cut));
+        auto cut = [slots, options, order] {
+          Plan plan = MakeCutRingPlan(slots, options);
+          if (!plan.workers.empty() && !order.empty()) {
+            planner_internal::PermuteWorkers(plan, order);
+          }
+          return plan;
+        };
+        Plan plan = cut();
+        if (plan.workers.empty()) continue;
+        consider(std::move(plan), cut);
       }
     }
   }
@@ -317,7 +388,9 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
           TiledOptions{4, 0.3, 3, 1024, 32, 4, 8, true, 2},
           TiledOptions{4, 0.0, 3, 1024, 32, 4, 8, true, 2},
           TiledOptions{3, 0.0, 3, 1024, 32, 4, 8, true, 2}}) {
-      if (TiledPlanApplies(r, options)) consider(MakeTiledPlan(r, options));
+      if (TiledPlanApplies(r, options)) {
+        consider(MakeTiledPlan(r, options), [r, options] { return MakeTiledPlan(r, options); });
+      }
     }
   }
   // Tiles grouped by speed (TiledOptions::speed_groups): fast workers in small groups, so fewer
@@ -328,10 +401,36 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
           std::tuple{2.5, 4096, 24, 2}, std::tuple{2.5, 2048, 24, 3}}) {
       TiledOptions options{1, 0.0, head_rows, pieces, steps, 4, 8, true, 2};
       options.speed_groups = scale;
-      if (TiledPlanApplies(r, options)) consider(MakeTiledPlan(r, options));
+      if (TiledPlanApplies(r, options)) {
+        consider(MakeTiledPlan(r, options), [r, options] { return MakeTiledPlan(r, options); });
+      }
     }
   }
-  return best;
+  // Mixed passes (profile "cpu", only when no whole candidate is within kBalanceTarget: plans
+  // that already are stay as they were): the forward of one candidate with the backward of
+  // another of the same layout (owned ranges), when that pair beats every whole candidate. Each
+  // pass reads only what its workers own (planner_internal::TakeBackwardFrom), so the pair is a
+  // valid plan, and the passes are costed independently, so its score is exact. E.g. the
+  // striped ring's forward with few large pieces (smaller ones lose the message latency) and
+  // its K/V-stationary backward with smaller pieces, whose dQ partials BalanceTransfers can
+  // spread (docs/planner.md, "Passes mixed").
+  if (true_time || best_score.balance <= kBalanceTarget) return best;
+  int mix_f = -1, mix_b = -1;
+  for (size_t a = 0; a < recorded.size(); ++a) {
+    for (size_t b = 0; b < recorded.size(); ++b) {
+      if (a == b || recorded[a].owned != recorded[b].owned) continue;
+      const Score score = Combine(recorded[a].fwd, recorded[b].bwd);
+      if (Better(score, best_score, true_time)) {
+        best_score = score;
+        mix_f = static_cast<int>(a);
+        mix_b = static_cast<int>(b);
+      }
+    }
+  }
+  if (mix_f < 0) return best;
+  Plan mixed = recorded[mix_f].remake();
+  if (!planner_internal::TakeBackwardFrom(mixed, recorded[mix_b].remake())) return best;
+  return mixed;
 }
 
 }  // namespace dfa

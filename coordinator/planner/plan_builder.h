@@ -37,6 +37,14 @@ std::vector<int> InterleavedRingOrder(const std::vector<double>& speeds);
 // Pads every worker's forward pass to the same number of steps (empty steps are free).
 void EqualizeSteps(Plan& plan);
 
+// Replaces plan's backward steps with backward_source's (derived from its forward first when it
+// has none), when both have the same workers, sequence, mask and layout (every worker's owned
+// ranges); pads plan's forward steps. Returns false (plan unchanged) otherwise. Each pass reads
+// only what its workers own (forward: Q, K/V; backward: Q, K/V, dO and the forward's O/LSE of
+// the own rows) and moves everything else itself, so a valid forward and a valid backward over
+// one layout make a valid plan (CheckPlan checks each pass on its own).
+bool TakeBackwardFrom(Plan& plan, Plan backward_source);
+
 // Moves transfers of one pass (forward or backward) to less loaded steps: owned Q/KV sends up to
 // `window` steps earlier, partials up to `window` steps later, each to the step whose transfer
 // window (one step's compute, as the executor overlaps them) is least full on both its links

@@ -96,6 +96,23 @@ void EqualizeSteps(Plan& plan) {
   for (const WorkerPlan& w : plan.workers) n = std::max(n, w.forward.size());
   for (WorkerPlan& w : plan.workers) w.forward.resize(n);
 }
+
+bool TakeBackwardFrom(Plan& plan, Plan backward_source) {
+  if (backward_source.num_workers() != plan.num_workers() ||
+      backward_source.seq_len != plan.seq_len || backward_source.causal != plan.causal) {
+    return false;
+  }
+  for (int w = 0; w < plan.num_workers(); ++w) {
+    if (backward_source.workers[w].owned != plan.workers[w].owned) return false;
+  }
+  EqualizeSteps(backward_source);
+  if (!HasBackwardSteps(backward_source)) DeriveBackwardSteps(backward_source);
+  EqualizeSteps(plan);
+  for (int w = 0; w < plan.num_workers(); ++w) {
+    plan.workers[w].backward = std::move(backward_source.workers[w].backward);
+  }
+  return true;
+}
 }  // namespace planner_internal
 
 absl::Status ValidatePlanRequest(const PlanRequest& r) {
