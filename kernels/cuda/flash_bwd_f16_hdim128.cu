@@ -1,8 +1,8 @@
 // Backward instantiation: f16, head dim 128 (one per file so nvcc builds them in parallel).
-// On sm_90 (Hopper) the cp.async wgmma kernel runs (flash_bwd_sm90.cuh, 128 key rows x 64 query
-// rows), or with DFA_CUDA_BWD_WS=1 (kSm90WsBackwardDefault, sm90_dispatch.h) the warp-specialised
-// TMA kernel (flash_bwd_sm90_ws.cuh, same tiles) where TMA can describe the tensors;
-// elsewhere the mma.sync one (flash_bwd_kernel.cuh).
+// On sm_90 (Hopper): the warp-specialised TMA "pipe" kernel (flash_bwd_sm90_pipe.cuh, mode per
+// head dim: Sm90BwdPipeMode in sm90_dispatch.h), or with mode 0 the atomic-dQ TMA kernel
+// (flash_bwd_sm90_ws.cuh); the cp.async wgmma kernel (flash_bwd_sm90.cuh) with DFA_CUDA_BWD_WS=0
+// or where TMA cannot describe the tensors; elsewhere the mma.sync one (flash_bwd_kernel.cuh).
 #include "kernels/cuda/flash_bwd_kernel.cuh"
 #include "kernels/cuda/flash_bwd_sm90.cuh"
 #include "kernels/cuda/flash_bwd_sm90_pipe.cuh"
@@ -14,7 +14,7 @@ cudaError_t LaunchBwdF16Hdim128(const BwdParams& p, cudaStream_t stream) {
   if (UseSm90Kernels()) {
     if (UseSm90WsBackward()) {  // TMA + warp specialisation; NotSupported: strides TMA cannot map
       // Pipe kernel (dQ added by writer warps with TMA); NotSupported: tensors TMA cannot map.
-      if (const int mode = Sm90BwdPipeMode(); mode > 0) {
+      if (const int mode = Sm90BwdPipeMode(128); mode > 0) {
         const cudaError_t err = LaunchBwdSm90Pipe<__half, 128>(p, mode, stream);
         if (err != cudaErrorNotSupported) return err;
       }

@@ -1,7 +1,8 @@
-// Hopper backward unit, warp-specialised (FlashAttention-3's producer / consumer split, sm_90a).
-// Same contract and math as flash_bwd_sm90.cuh (BwdParams; ComputeDelta has run; dq, dk, dv are
-// fp32 and receive +=); chosen by the launchers of flash_bwd_*.cu when DFA_CUDA_BWD_WS=1 (off by
-// default until it has passed on the GPU: kSm90WsBackwardDefault in sm90_dispatch.h).
+// Hopper backward unit, warp-specialised (FlashAttention-3's producer / consumer split, sm_90a),
+// dQ by atomics. Same contract and math as flash_bwd_sm90.cuh (BwdParams; ComputeDelta has run;
+// dq, dk, dv are fp32 and receive +=); chosen by the launchers of flash_bwd_*.cu with pipe mode 0
+// (DFA_CUDA_BWD_PIPE=0) or where the pipe kernel (flash_bwd_sm90_pipe.cuh, the default, same
+// tiles and loop with dQ added by writer warps) cannot describe dq by TMA.
 //
 // CTA = 3 warpgroups (384 threads) owning kBlockN = 128 key rows of one (batch, kv head):
 // - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24). Its warp 0
@@ -15,9 +16,7 @@
 //   the loop of flash_bwd_sm90.cuh per item: S^T = K Q^T and dP^T = V dO^T (m64n64, shared
 //   operands), P^T, dS^T in registers, dV += P^T dO and dK += dS^T Q (A from registers), dS^T to
 //   shared memory (double buffered, so the next item needs no CTA barrier), one 256-thread named
-//   barrier, dQ = dS K (D=128: column halves; D=64: key halves), fp32 float2 atomics into dq
-//   (or, kDqBulk, D=128 with DFA_CUDA_BWD_DQ_BULK=1: dQ staged in shared memory, producer warp 1
-//   adds it with cp.reduce.async.bulk; that variant's producer spills at 24 registers).
+//   barrier, dQ = dS K (D=128: column halves; D=64: key halves), fp32 float2 atomics into dq.
 // The only CTA-wide barrier is the one after the mbarrier initialisation.
 #pragma once
 
@@ -45,33 +44,24 @@ struct BwdWsTraits {
   static constexpr int kKVElems = kBlockN * kD;
   static constexpr int kQElems = kBlockM * kD;
   static constexpr int kDsElems = kBlockN * kBlockM;
-  // dQ staging (bulk mode, head dim 128 only): fp32 rows padded by 16 bytes (bank spread).
-  static constexpr int kDqStride = kD + 4;
-  static constexpr int kDqBytes = kD == 128 ? kBlockM * kDqStride * 4 : 0;
   // Layout (bytes from the 1024-aligned base): K, V, Q[kStages], dO[kStages], dS^T[2],
-  // LSE[kStages][64], Delta[kStages][64], dQ staging, mbarriers (kv, full[kStages],
-  // empty[kStages], dq_full, dq_empty).
+  // LSE[kStages][64], Delta[kStages][64], mbarriers (kv, full[kStages], empty[kStages]).
   static constexpr int kStatOffset = (2 * kKVElems + 2 * kStages * kQElems + 2 * kDsElems) * 2;
-  static constexpr int kDqOffset = kStatOffset + 2 * kStages * kBlockM * 4;
-  static constexpr int kBarOffset = kDqOffset + kDqBytes;
-  static constexpr int kSmemBytes = kBarOffset + 8 * (3 + 2 * kStages) + 1024;  // + alignment
+  static constexpr int kBarOffset = kStatOffset + 2 * kStages * kBlockM * 4;
+  static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 2 * kStages) + 1024;  // + alignment
   // setmaxnreg moves registers inside the CTA's own allocation: ptxas gives 384 threads at most
   // 168 registers each (launch bounds 384, 1) and the consumers' increase must be covered by
   // what the producer gives back, i.e. 128 x producer + 256 x consumer <= 384 x 168 (FA3's
   // 24 / 240 is exactly that). A larger sum blocks setmaxnreg.inc forever (seen on the H200 with
-  // 32 / 240: every launch hung). The bulk-dQ writer spills at 24 (40 / 232 serialises wgmma).
+  // 32 / 240: every launch hung).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static constexpr int kBulkProducerRegs = 24, kBulkConsumerRegs = 240;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
-  static_assert(128 * kBulkProducerRegs + 256 * kBulkConsumerRegs <= 384 * 168, "register pool");
 };
 
 // Named barrier 1: the two consumer warpgroups, "dS^T of this item is in shared memory".
 constexpr int kBwdDsBarrier = 1;
 
-// kDqBulk (head dim 128 only): dQ staged in shared memory and added by a producer warp with
-// bulk reduce-add copies; otherwise the consumers add it with float2 atomics.
-template <typename T, int kD, bool kDqBulk>
+template <typename T, int kD>
 __global__ void __launch_bounds__(384, 1)
     FlashBwdSm90WsKernel(const __grid_constant__ BwdParams p,
                          const __grid_constant__ BwdTmaMaps maps) {
@@ -81,7 +71,6 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kBlockN = Cfg::kBlockN, kBlockM = Cfg::kBlockM, kStages = Cfg::kStages;
   constexpr int kPanels = kD / 64;
   constexpr bool kSplitN = kD == 128;  // dQ: split columns (128) or keys (64) between warpgroups
-  static_assert(!kDqBulk || kSplitN, "bulk dQ needs the column split of head dim 128");
   constexpr int kNS = kBlockM / 2;  // S^T / dP^T accumulator floats per thread (m64 n64)
   constexpr int kNA = kD / 2;       // dK / dV accumulator floats per thread (m64 n kD)
   extern __shared__ __align__(1024) char smem_bws[];
@@ -96,9 +85,6 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(base + Cfg::kBarOffset);
   uint64_t* full = kv_full + 1;
   uint64_t* empty = full + kStages;
-  uint64_t* dq_full = empty + kStages;
-  uint64_t* dq_empty = dq_full + 1;
-  float* s_dq = reinterpret_cast<float*>(base + Cfg::kDqOffset);
 
   const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int group = p.q_heads / p.kv_heads;
@@ -124,14 +110,12 @@ __global__ void __launch_bounds__(384, 1)
       MbarInit(full + s, 1 + 32);
       MbarInit(empty + s, 8);
     }
-    MbarInit(dq_full, 256);
-    MbarInit(dq_empty, 1);
     FenceMbarInit();
   }
   __syncthreads();
 
   if (wg == 0) {  // producer
-    SetMaxNRegDec<kDqBulk ? Cfg::kBulkProducerRegs : Cfg::kProducerRegs>();
+    SetMaxNRegDec<Cfg::kProducerRegs>();
     if (warp == 0) {
       if (lane == 0) {
         MbarArriveExpectTx(kv_full, 2 * Cfg::kKVElems * 2);
@@ -174,27 +158,12 @@ __global__ void __launch_bounds__(384, 1)
         }
         MbarArrive(full + s);  // release: this lane's LSE / Delta stores
       }
-    } else if (kDqBulk && warp == 1) {  // dQ writer: staged rows -> dq by bulk reduce-add
-      for (int it = 0; it < items; ++it) {
-        MbarWait(dq_full, it & 1);
-        const int h = hk * group + it / per_head;
-        const int64_t m_begin = int64_t{m_block_min + it % per_head} * kBlockM;
-        const int m_valid = static_cast<int>(Min64(kBlockM, p.m - m_begin));
-        float* dq_g = p.dq + b * p.dq_batch_stride + m_begin * p.dq_row_stride + int64_t{h} * kD;
-        for (int r = lane; r < m_valid; r += 32)
-          BulkReduceAddF32(dq_g + r * p.dq_row_stride, s_dq + r * Cfg::kDqStride, kD * 4);
-        BulkCommit();
-        BulkWaitRead();
-        __syncwarp();
-        if (lane == 0) MbarArrive(dq_empty);
-      }
-      BulkWait();
     }
     return;
   }
 
   // Consumers.
-  SetMaxNRegInc<kDqBulk ? Cfg::kBulkConsumerRegs : Cfg::kConsumerRegs>();
+  SetMaxNRegInc<Cfg::kConsumerRegs>();
   const int cw = wg - 1;  // consumer 0 / 1
   const int g = lane >> 2, t = lane & 3;
   const int key_base = cw * 64 + warp * 16 + g;  // this thread's key rows: key_base, key_base + 8
@@ -350,22 +319,7 @@ __global__ void __launch_bounds__(384, 1)
     FenceRegs<kNA>(acc_dv);
     FenceRegs<kNA>(acc_dk);
     if (lane == 0) MbarArrive(empty + s);  // every read of this stage (Q, dO, LSE, Delta) done
-    if constexpr (kDqBulk) {
-      // Stage dQ * scale (this warpgroup's 64 columns) once the writer has read the last one.
-      MbarWait(dq_empty, (item & 1) ^ 1);
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        float* row = s_dq + (qrow_base + hf * 8) * Cfg::kDqStride + cw * 64 + 2 * t;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          *reinterpret_cast<float2*>(row + j * 8) =
-              make_float2(acc_dq[4 * j + 2 * hf] * p.scale, acc_dq[4 * j + 2 * hf + 1] * p.scale);
-      }
-      FenceProxyAsync();  // the bulk copy reads through the async proxy
-      MbarArrive(dq_full);
-    } else {
-      flush_dq(acc_dq, item);
-    }
+    flush_dq(acc_dq, item);
   }
 
   // dK, dV += (this CTA owns these rows exclusively).
@@ -412,13 +366,7 @@ cudaError_t LaunchBwdSm90Ws(const BwdParams& p, cudaStream_t stream) {
                              p.v_batch_stride, Cfg::kBlockN)) {
     return cudaErrorNotSupported;
   }
-  // Bulk dQ needs 16-byte aligned fp32 rows; otherwise (and for head dim 64, where both
-  // warpgroups hold full-width partials) the consumers add dQ with atomics.
-  const bool dq_bulk = kD == 128 && UseSm90BwdDqBulk() &&
-                       reinterpret_cast<uintptr_t>(p.dq) % 16 == 0 && p.dq_row_stride % 4 == 0 &&
-                       (p.batch <= 1 || p.dq_batch_stride % 4 == 0);
-  auto kernel =
-      dq_bulk ? FlashBwdSm90WsKernel<T, kD, kD == 128> : FlashBwdSm90WsKernel<T, kD, false>;
+  auto kernel = FlashBwdSm90WsKernel<T, kD>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;

@@ -65,35 +65,28 @@ inline bool UseSm90WsBackward() {
   return enabled;
 }
 
-// The Hopper warp-specialised backward when DFA_CUDA_BWD_PIPE is unset: 0 the atomic-dQ kernel
-// (flash_bwd_sm90_ws.cuh); 1..3 the "pipe" kernel (flash_bwd_sm90_pipe.cuh: dQ staged in shared
+// The Hopper warp-specialised backward's kernel, by "pipe mode": 0 the atomic-dQ kernel
+// (flash_bwd_sm90_ws.cuh); 1..3 the pipe kernel (flash_bwd_sm90_pipe.cuh: dQ staged in shared
 // memory and added by writer warps with TMA reduce-add): 1 dQ columns split between the two
-// consumer warpgroups (head dim 128; 64 runs 2), 2 independent warpgroups (each its own keys'
-// dQ partial), 3 as 2 with warpgroup 1 started half an item late.
-inline constexpr int kSm90BwdPipeDefault = 0;
+// consumer warpgroups (head dim 128; 64 runs 2), 2 independent warpgroups (each its own keys' dQ
+// partial), 3 as 2 with warpgroup 1 started late (softmax phases of the two interleave).
+// Defaults per head dim, from the H200 runs of session 11 (bf16, 16K causal, TFLOP/s; all modes
+// passed cuda_backend_test and the 16 SDPA cases): head dim 128 mode 1 (440 vs 395 / 416 for
+// 2 / 3, 354 for 0), head dim 64 mode 3 (321 vs 294 for 1 = 2, 246 for 0).
+inline constexpr int kSm90BwdPipeDefaultHdim128 = 1;
+inline constexpr int kSm90BwdPipeDefaultHdim64 = 3;
 
-// The pipe mode (0..3 as above; the pipe kernel runs where TMA can describe the tensors):
-// DFA_CUDA_BWD_PIPE=0..3 forces one, unset (or another value) gives kSm90BwdPipeDefault.
-// DFA_CUDA_BWD_WS=0 (the cp.async kernel) takes precedence.
-inline int Sm90BwdPipeMode() {
-  static const int mode = [] {
+// The pipe mode for `head_dim` (0..3 as above; the pipe kernel runs where TMA can describe the
+// tensors): DFA_CUDA_BWD_PIPE=0..3 forces one for every head dim, unset (or another value) gives
+// the defaults above. DFA_CUDA_BWD_WS=0 (the cp.async kernel) takes precedence.
+inline int Sm90BwdPipeMode(int head_dim) {
+  static const int forced = [] {
     const char* e = std::getenv("DFA_CUDA_BWD_PIPE");
-    if (e == nullptr || e[0] < '0' || e[0] > '3' || e[1] != '\0') return kSm90BwdPipeDefault;
+    if (e == nullptr || e[0] < '0' || e[0] > '3' || e[1] != '\0') return -1;
     return e[0] - '0';
   }();
-  return mode;
-}
-
-// True when DFA_CUDA_BWD_DQ_BULK is "1": the warp-specialised backward (head dim 128) then stages
-// dQ in shared memory and a producer warp adds it to dq with bulk reduce-add copies; otherwise
-// (default) the consumer warps add it with float2 atomics. Opt-in: not yet run on the GPU, and
-// its producer spills at 24 registers.
-inline bool UseSm90BwdDqBulk() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("DFA_CUDA_BWD_DQ_BULK");
-    return e != nullptr && e[0] == '1';
-  }();
-  return enabled;
+  if (forced >= 0) return forced;
+  return head_dim == 128 ? kSm90BwdPipeDefaultHdim128 : kSm90BwdPipeDefaultHdim64;
 }
 
 }  // namespace dfa::cuda

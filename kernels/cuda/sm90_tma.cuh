@@ -109,18 +109,6 @@ __device__ inline void NamedBarrierArriveIf(int id, int threads, int pred) {
       : "memory");
 }
 
-// Bulk reduction of `bytes` (a multiple of 16; both addresses 16-byte aligned) of fp32 from
-// shared memory into global memory (element-wise atomic add), in the calling thread's bulk
-// group. The source may be rewritten after BulkWaitRead, the result is visible after BulkWait.
-__device__ inline void BulkReduceAddF32(float* gmem_dst, const float* smem_src, uint32_t bytes) {
-#ifdef DFA_WGMMA
-  asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-          gmem_dst),
-      "r"(SmemAddr(smem_src)), "r"(bytes)
-      : "memory");
-#endif
-}
 __device__ inline void BulkCommit() {
 #ifdef DFA_WGMMA
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

@@ -2,15 +2,16 @@
 # Runs the GPU kernel checks and benchmarks on the GPU machine (see docs/kernels-cuda.md).
 # Expects the binaries and their bundled libraries in $G (default .gpu-kernels, built here
 # with tests/gpu/pack_for_gpu.sh) and writes logs to $OUT (default ./gpu-out).
-#   tests/gpu/run_on_gpu.sh [test] [test-mma] [test-cpasync] [test-bwdtma] [test-dqbulk]
+#   tests/gpu/run_on_gpu.sh [test] [test-mma] [test-cpasync] [test-bwdtma] [test-bwdpipe]
 #                           [check] [bench-cpasync-quick] [bench-bwd-quick]
 #                           [bench-nopp-quick] [bench-dfa] [bench-dfa-quick]
 #                           [bench-mma] [bench-mma-quick] [bench-sdpa] [bench-sdpa-quick]
 # *-mma steps set DFA_CUDA_NO_WGMMA=1 (the sm_80 mma.sync kernels, for comparison on Hopper);
 # *-cpasync steps set DFA_CUDA_FWD_WS=0 (Hopper forward on the cp.async kernel, not the TMA one);
-# bench-nopp-quick turns its ping-pong off; test-bwdtma sets DFA_CUDA_BWD_WS=1 (Hopper backward on
-# the TMA warp-specialised kernel), test-dqbulk also DFA_CUDA_BWD_DQ_BULK=1 (its dQ by bulk
-# reduce-add); bench-bwd-quick runs the quick bench for TMA, TMA + bulk dQ and cp.async in a row.
+# bench-nopp-quick turns its ping-pong off; test-bwdtma sets DFA_CUDA_BWD_PIPE=0 (Hopper backward on
+# the atomic-dQ TMA kernel instead of the default pipe kernel), test-bwdpipe runs the test and
+# the SDPA check for each pipe mode DFA_CUDA_BWD_PIPE=1..3; bench-bwd-quick runs the quick bench
+# for the default, pipe modes 0..3 and the cp.async kernel (DFA_CUDA_BWD_WS=0) in a row.
 set -uo pipefail
 G=${G:-.gpu-kernels}
 OUT=${OUT:-gpu-out}
@@ -29,9 +30,11 @@ for step in "$@"; do
     test-cpasync) DFA_CUDA_FWD_WS=0 timeout 120 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_cpasync.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
     bench-cpasync-quick) DFA_CUDA_FWD_WS=0 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_cpasync.md" ;;
     bench-nopp-quick) DFA_CUDA_FWD_PINGPONG=0 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_nopp.md" ;;
-    test-bwdtma) DFA_CUDA_BWD_WS=1 timeout 60 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_bwdtma.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
-    test-dqbulk) DFA_CUDA_BWD_WS=1 DFA_CUDA_BWD_DQ_BULK=1 timeout 60 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_dqbulk.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
-    bench-bwd-quick) for v in DFA_CUDA_BWD_WS=1 "DFA_CUDA_BWD_WS=1 DFA_CUDA_BWD_DQ_BULK=1" DFA_CUDA_BWD_WS=0; do env $v timeout 60 "$G/dfa_kernel_bench" --quick; done 2>&1 | tee "$OUT/bench_bwd.md" ;;
+    test-bwdtma) DFA_CUDA_BWD_PIPE=0 timeout 60 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_bwdtma.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
+    test-bwdpipe) for m in 1 2 3; do echo "# DFA_CUDA_BWD_PIPE=$m"; DFA_CUDA_BWD_PIPE=$m timeout 60 "$G/cuda_backend_test" &&
+      rm -rf /tmp/dfa-cases && mkdir -p /tmp/dfa-cases && DFA_CUDA_BWD_PIPE=$m timeout 60 "$G/dfa_sdpa_cases" /tmp/dfa-cases &&
+      timeout 120 python3 tests/gpu/sdpa_check.py /tmp/dfa-cases; echo "rc=$?"; done 2>&1 | tee "$OUT/test_bwdpipe.log" | grep -E "^#|OK \]|FAIL|failing|rc=" ;;
+    bench-bwd-quick) for v in DFA_CUDA_BWD_PIPE= DFA_CUDA_BWD_PIPE=0 DFA_CUDA_BWD_PIPE=1 DFA_CUDA_BWD_PIPE=2 DFA_CUDA_BWD_PIPE=3 DFA_CUDA_BWD_WS=0; do echo "# $v"; env $v timeout 60 "$G/dfa_kernel_bench" --quick; done 2>&1 | tee "$OUT/bench_bwd.md" ;;
     test-mma) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_mma.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
     bench-mma) DFA_CUDA_NO_WGMMA=1 timeout 300 "$G/dfa_kernel_bench" 2>&1 | tee "$OUT/bench_mma.md" ;;
     bench-mma-quick) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_mma.md" ;;
