@@ -18,8 +18,11 @@
 //   kIndep = true: each warpgroup computes the dQ partial of its own 64 keys over all kD columns
 //   (head dim 128: two 64-column GEMMs in a row) from its own dS^T rows, so the warpgroups never
 //   wait for each other (a 128-thread barrier per item); dQ is reduced twice as often.
-//   `offset` (kIndep): warpgroup 1 starts once warpgroup 0 has computed its first P^T, so their
-//   softmax phases fall on each other's GEMMs.
+//   kDefer (head dim 128, not yet run on a GPU): the column split, but each item's dQ is issued
+//   in the next item (after that item's dS^T), so a warpgroup never waits for the other one's
+//   dS^T of the same item: dS^T triple buffered, mbarriers ds_full / ds_empty per buffer.
+//   `offset` (kIndep, kDefer): warpgroup 1 starts once warpgroup 0 has computed its first P^T,
+//   so their softmax phases fall on each other's GEMMs.
 // - Per item the GEMMs are issued as S^T, dP^T | dV | (barrier) dQ, dK: the consumer waits for
 //   dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's order).
 // Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool).
@@ -43,13 +46,19 @@ struct BwdPipeMaps {
   CUtensorMap q, k, v, dout, dq;
 };
 
-template <int kD, bool kIndep>
+// How the two consumer warpgroups share dQ (see the file comment): kSplit (mode 1), kIndep
+// (modes 2, 3), kDefer (mode 4).
+enum class BwdPipeVariant { kSplit, kIndep, kDefer };
+
+template <int kD, BwdPipeVariant kVariant>
 struct BwdPipeTraits {
+  static constexpr bool kIndep = kVariant == BwdPipeVariant::kIndep;
+  static constexpr bool kDefer = kVariant == BwdPipeVariant::kDefer;
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2, kThreads = 384;
   static constexpr int kKVElems = kBlockN * kD;
   static constexpr int kQElems = kBlockM * kD;
   static constexpr int kDsElems = kBlockN * kBlockM;
-  static constexpr int kDsBuffers = kIndep ? 1 : 2;
+  static constexpr int kDsBuffers = kIndep ? 1 : (kDefer ? 3 : 2);
   // dQ staging per consumer warpgroup: kDqCols fp32 columns as panels of 64 rows x 32 columns
   // (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8): the TMA box with 128B swizzle).
   static constexpr int kDqCols = kIndep ? kD : 64;
@@ -57,17 +66,19 @@ struct BwdPipeTraits {
   static constexpr int kDqWgFloats = kBlockM * kDqCols;
   // Layout (bytes from the 1024-aligned base): K, V, Q[kStages], dO[kStages], dS^T[kDsBuffers],
   // LSE[kStages][64], Delta[kStages][64] (1 KB), dQ staging [2], mbarriers (kv, full[kStages],
-  // empty[kStages], dq_full[2], dq_empty[2]).
+  // empty[kStages], dq_full[2], dq_empty[2]; kDefer: ds_full[3], ds_empty[3]).
   static constexpr int kStatOffset =
       (2 * kKVElems + 2 * kStages * kQElems + kDsBuffers * kDsElems) * 2;
   static constexpr int kDqOffset = kStatOffset + 2 * kStages * kBlockM * 4;
   static constexpr int kBarOffset = kDqOffset + 2 * kDqWgFloats * 4;
-  static constexpr int kSmemBytes = kBarOffset + 8 * (5 + 2 * kStages) + 1024;  // + alignment
+  static constexpr int kSmemBytes =
+      kBarOffset + 8 * (5 + 2 * kStages + (kDefer ? 6 : 0)) + 1024;  // + alignment
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   static_assert(kDqOffset % 1024 == 0, "swizzled staging panels need 1024-byte alignment");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
   static_assert(kIndep || kD == 128, "the column split needs head dim 128");
+  static_assert(!kDefer || kD == 128, "the deferred column split needs head dim 128");
 };
 
 // Named barriers of the pipe kernel (1 = kBwdDsBarrier, both consumers, column split):
@@ -80,13 +91,14 @@ __device__ inline int DqStageOffset(int row, int col) {
          (col & 3) * 4;
 }
 
-template <typename T, int kD, bool kIndep>
+template <typename T, int kD, BwdPipeVariant kVariant>
 __global__ void __launch_bounds__(384, 1)
     FlashBwdSm90PipeKernel(const __grid_constant__ BwdParams p,
                            const __grid_constant__ BwdPipeMaps maps, int offset) {
 #ifdef DFA_WGMMA
   using Tr = ElemTraits<T>;
-  using Cfg = BwdPipeTraits<kD, kIndep>;
+  using Cfg = BwdPipeTraits<kD, kVariant>;
+  constexpr bool kIndep = Cfg::kIndep, kDefer = Cfg::kDefer;
   constexpr int kBlockN = Cfg::kBlockN, kBlockM = Cfg::kBlockM, kStages = Cfg::kStages;
   constexpr int kPanels = kD / 64;
   constexpr int kNS = kBlockM / 2;  // S^T / dP^T accumulator floats per thread (m64 n64)
@@ -106,6 +118,8 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* empty = full + kStages;
   uint64_t* dq_full = empty + kStages;  // [2]
   uint64_t* dq_empty = dq_full + 2;     // [2]
+  uint64_t* ds_full = dq_empty + 2;     // [3] (kDefer): both warpgroups' dS^T of an item written
+  uint64_t* ds_empty = ds_full + 3;     // [3] (kDefer): both warpgroups' dQ of an item read it
 
   const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int group = p.q_heads / p.kv_heads;
@@ -135,6 +149,13 @@ __global__ void __launch_bounds__(384, 1)
     for (int w = 0; w < 2; ++w) {
       MbarInit(dq_full + w, 128);
       MbarInit(dq_empty + w, 1);
+    }
+    if (kDefer) {
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        MbarInit(ds_full + i, 256);
+        MbarInit(ds_empty + i, 256);
+      }
     }
     FenceMbarInit();
   }
@@ -233,14 +254,14 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
   for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
 
-  if (kIndep && cw == 1 && offset) NamedBarrierSync(kBwdPipeStartBarrier, 256);
+  if ((kIndep || kDefer) && cw == 1 && offset) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
   for (int item = 0; item < items; ++item) {
     const int s = item % kStages;
     const int64_t m_begin = int64_t{m_block_min + item % per_head} * kBlockM;
     const T* s_q = s_q_base + s * Cfg::kQElems;
     const T* s_do = s_do_base + s * Cfg::kQElems;
-    T* s_ds = s_ds_base + (kIndep ? 0 : (item & 1) * Cfg::kDsElems);
+    T* s_ds = s_ds_base + (kIndep ? 0 : (kDefer ? item % 3 : item & 1) * Cfg::kDsElems);
     const float* s_lse_cur = s_lse + s * kBlockM;
     const float* s_delta_cur = s_delta + s * kBlockM;
     MbarWait(full + s, (item / kStages) & 1);
@@ -291,7 +312,7 @@ __global__ void __launch_bounds__(384, 1)
       ap[kk][2] = Tr::Pack(st[8 * kk + 4], st[8 * kk + 5]);
       ap[kk][3] = Tr::Pack(st[8 * kk + 6], st[8 * kk + 7]);
     }
-    if (kIndep) {  // warpgroup 1 may start (predicated arrive: no branch between wgmmas)
+    if (kIndep || kDefer) {  // warpgroup 1 may start (predicated: no branch between wgmmas)
       NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && offset);
     }
     // dV += P^T dO (dO read MN-major), on the tensor cores while dS^T is computed.
@@ -307,6 +328,8 @@ __global__ void __launch_bounds__(384, 1)
     FenceRegs<kNS>(dpt);
 
     uint32_t ads[kBlockM / 16][4];
+    // kDefer: this buffer was last read by both warpgroups' dQ of item - 3.
+    if (kDefer && item >= 3) MbarWait(ds_empty + item % 3, ((item - 3) / 3) & 1);
 #pragma unroll
     for (int i = 0; i < kNS; ++i)
       dpt[i] = st[i] * (dpt[i] - s_delta_cur[(i >> 2) * 8 + 2 * t + (i & 1)]);
@@ -329,6 +352,9 @@ __global__ void __launch_bounds__(384, 1)
     if (kIndep) {
       // This warpgroup's dS^T rows complete; only it reads them, after its previous dQ finished.
       NamedBarrierSync(kBwdPipeOwnDsBarrier + cw, 128);
+    } else if (kDefer) {
+      // This item's dS^T rows written; its dQ runs in the next item (after ds_full completes).
+      MbarArrive(ds_full + item % 3);
     } else {
       // dS^T complete for both consumers. The buffer of this item's parity is rewritten only two
       // items later, after both consumers passed the next item's barrier, i.e. after their dQ
@@ -340,20 +366,24 @@ __global__ void __launch_bounds__(384, 1)
     // columns 0..63 first; else all keys, this warpgroup's 64 columns), then dK += dS^T Q (Q read
     // MN-major; the scale is applied at the end), as two commit groups.
     float acc_dq[32];
-    auto issue_dq = [&](int col_panel) {
+    auto issue_dq = [&](int col_panel, const T* ds) {
       constexpr int kQSteps = kIndep ? 64 / 16 : kBlockN / 16;
 #pragma unroll
       for (int kk = 0; kk < kQSteps; ++kk) {
         const int key0 = kIndep ? cw * 64 + kk * 16 : kk * 16;
-        const uint64_t da = MakeSmemDesc(s_ds + key0 * 64, kBlockN * 64 * 2, 1024);
+        const uint64_t da = MakeSmemDesc(ds + key0 * 64, kBlockN * 64 * 2, 1024);
         const uint64_t db =
             MakeSmemDesc(s_k + col_panel * kBlockN * 64 + key0 * 64, kBlockN * 64 * 2, 1024);
         WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
     };
+    // kDefer: the dQ of the previous item (at the first item a dummy one on the unused buffer 2,
+    // never staged), once both warpgroups' dS^T of that item are in shared memory.
+    const int dq_item = kDefer ? item - 1 : item;
+    if (kDefer && item > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
     WgmmaFence();
-    issue_dq(kIndep ? 0 : cw);
+    issue_dq(kIndep ? 0 : cw, kDefer ? s_ds_base + ((item + 2) % 3) * Cfg::kDsElems : s_ds);
     FenceRegs<kNA>(acc_dk);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -365,24 +395,48 @@ __global__ void __launch_bounds__(384, 1)
     FenceRegs<32>(acc_dq);
     FenceRegs<kNA>(acc_dv);
     FenceRegs<kBlockM / 4>(&ap[0][0]);  // P^T stays untouched until the dV wgmmas finished
+    if (kDefer) MbarArriveIf(ds_empty + (item + 2) % 3, item > 0);  // dS^T of dq_item read
 
     // Stage dQ * scale once the writer has read this warpgroup's previous tile.
-    MbarWait(dq_empty + cw, (item & 1) ^ 1);
-    stage_dq(acc_dq, 0);
-    if constexpr (kIndep && kD == 128) {  // columns 64..127 of this warpgroup's keys
-      WgmmaFence();
-      issue_dq(1);
-      WgmmaWait<0>();
-      FenceRegs<32>(acc_dq);
-      stage_dq(acc_dq, 64);
+    if (dq_item >= 0) {
+      MbarWait(dq_empty + cw, (dq_item & 1) ^ 1);
+      stage_dq(acc_dq, 0);
+      if constexpr (kIndep && kD == 128) {  // columns 64..127 of this warpgroup's keys
+        WgmmaFence();
+        issue_dq(1, s_ds);
+        WgmmaWait<0>();
+        FenceRegs<32>(acc_dq);
+        stage_dq(acc_dq, 64);
+      }
+      FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
+      MbarArrive(dq_full + cw);
     }
-    FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
-    MbarArrive(dq_full + cw);
 
     WgmmaWait<0>();
     FenceRegs<kNA>(acc_dk);
     FenceRegs<kBlockM / 4>(&ads[0][0]);
     if (lane == 0) MbarArrive(empty + s);  // every read of this stage (Q, dO, LSE, Delta) done
+  }
+  if constexpr (kDefer) {  // the last item's dQ
+    const int dq_item = items - 1;
+    MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
+    float acc_dq[32];
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t da = MakeSmemDesc(s_ds_base + (dq_item % 3) * Cfg::kDsElems + kk * 16 * 64,
+                                       kBlockN * 64 * 2, 1024);
+      const uint64_t db =
+          MakeSmemDesc(s_k + cw * kBlockN * 64 + kk * 16 * 64, kBlockN * 64 * 2, 1024);
+      WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    FenceRegs<32>(acc_dq);
+    MbarWait(dq_empty + cw, (dq_item & 1) ^ 1);
+    stage_dq(acc_dq, 0);
+    FenceProxyAsync();
+    MbarArrive(dq_full + cw);
   }
 
   // dK, dV += (this CTA owns these rows exclusively).
@@ -432,14 +486,15 @@ inline bool EncodeDqTensorMap(CUtensorMap* map, float* ptr, int d, int heads, in
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Queues the pipe backward; mode 1: column-split dQ (head dim 128; head dim 64 runs mode 2),
-// 2: independent warpgroups, 3: independent with the start offset. Returns
+// Queues the pipe backward; mode 1: column-split dQ, 2: independent warpgroups, 3: independent
+// with the start offset, 4: column split with each item's dQ deferred to the next item, with the
+// start offset (modes 1 and 4 need head dim 128; head dim 64 runs 2 for 1 and 3 for 4). Returns
 // cudaErrorNotSupported, with nothing queued, when TMA cannot describe the tensors (the caller
 // then runs another kernel).
 template <typename T, int kD>
 cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream) {
-  constexpr int kBlockM = BwdPipeTraits<kD, true>::kBlockM;
-  constexpr int kBlockN = BwdPipeTraits<kD, true>::kBlockN;
+  using Indep = BwdPipeTraits<kD, BwdPipeVariant::kIndep>;
+  constexpr int kBlockM = Indep::kBlockM, kBlockN = Indep::kBlockN;
   BwdPipeMaps maps;
   if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.m > INT32_MAX ||
       p.n > INT32_MAX || p.q_heads > INT32_MAX / kD ||
@@ -455,16 +510,24 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream)
                          p.dq_batch_stride)) {
     return cudaErrorNotSupported;
   }
-  const bool split = kD == 128 && mode == 1;
-  auto kernel = split ? FlashBwdSm90PipeKernel<T, kD, kD != 128>
-                      : FlashBwdSm90PipeKernel<T, kD, true>;
-  const int smem = split ? BwdPipeTraits<kD, kD != 128>::kSmemBytes
-                         : BwdPipeTraits<kD, true>::kSmemBytes;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
-  kernel<<<grid, 384, smem, stream>>>(p, maps, mode == 3 ? 1 : 0);
-  return cudaGetLastError();
+  auto launch = [&](auto kernel, int smem, int offset) {
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
+    kernel<<<grid, 384, smem, stream>>>(p, maps, offset);
+    return cudaGetLastError();
+  };
+  if constexpr (kD == 128) {
+    using Split = BwdPipeTraits<kD, BwdPipeVariant::kSplit>;
+    using Defer = BwdPipeTraits<kD, BwdPipeVariant::kDefer>;
+    if (mode == 1)
+      return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kSplit>, Split::kSmemBytes, 0);
+    if (mode == 4)
+      return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kDefer>, Defer::kSmemBytes, 1);
+  }
+  return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kIndep>, Indep::kSmemBytes,
+                mode >= 3 ? 1 : 0);
 }
 
 }  // namespace dfa::cuda

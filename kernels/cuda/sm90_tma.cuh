@@ -41,6 +41,17 @@ __device__ inline void MbarArrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddr(bar)) : "memory");
 #endif
 }
+// Arrives when `pred` is non-zero, as one predicated instruction (no branch: ptxas serialises
+// wgmmas around divergent paths).
+__device__ inline void MbarArriveIf(uint64_t* bar, int pred) {
+#ifdef DFA_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(
+          SmemAddr(bar)),
+      "r"(pred)
+      : "memory");
+#endif
+}
 // Spins until the phase with parity `parity` of `bar` has completed.
 __device__ inline void MbarWait(uint64_t* bar, uint32_t parity) {
 #ifdef DFA_WGMMA
