@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/plan_coalescing.h"
 #include "coordinator/planner/plan_checker.h"
 #include "coordinator/planner/plan_proto.h"
 #include "coordinator/planner/planner.h"
@@ -33,6 +34,8 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
                                                    " cannot be planned for ", request.workers,
                                                    " workers: ", plan.status().message()));
   }
+  // One message (and one backend call) instead of several for adjacent rows.
+  *plan = CoalesceTransfers(*plan, ShapeOf(spec));
   CheckOptions check;
   check.shape = ShapeOf(spec);
   absl::StatusOr<CheckReport> report = CheckPlan(*plan, check);

@@ -304,12 +304,15 @@ absl::Status PassRunner::PostLate(int t) {
       if (p->tensor == x.tensor && p->rows.Contains(x.rows)) b = p.get();
     }
     std::vector<Component> comps = Components(x.tensor, shape_);
-    if (b == nullptr || (b->rows != x.rows && (shape_.batch != 1 || x.tensor != PlanTensor::kDkvPartial))) {
+    // A partial of a coalesced K/V or grad_in buffer goes back in the plan's pieces: contiguous
+    // rows of its (one-component-per-row) dK/dV or dQ parts, batch 1.
+    const bool sliceable = shape_.batch == 1 && (x.tensor == PlanTensor::kDkvPartial ||
+                                                 x.tensor == PlanTensor::kDqPartial);
+    if (b == nullptr || (b->rows != x.rows && !sliceable)) {
       return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
                                                      " sends partial ", Rows(x.rows),
                                                      " that no compute produced"));
     }
-    // A partial of a coalesced K/V buffer goes back in the plan's pieces (contiguous rows).
     b->rows_unsent -= x.rows.size();
     if (b->rows_unsent <= 0) b->free_after = t;
     for (size_t i = 0; i < comps.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "coordinator/plan_coalescing.h"
 #include "coordinator/planner/plan_checker.h"
 #include "coordinator/planner/plan_builder.h"
 #include "coordinator/planner/planner.h"
@@ -137,6 +138,9 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   }
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan).status();
+  // The coordinator runs every session plan with adjacent transfers merged (batch 1 only).
+  *plan = CoalesceTransfers(
+      *plan, AttentionShape{shape.batch, shape.q_heads, shape.kv_heads, shape.head_dim, shape.dtype});
 
   std::mt19937 rng(1234 + P);
   const size_t nq = size_t(shape.batch) * S * shape.q_heads * shape.head_dim;
