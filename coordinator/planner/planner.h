@@ -13,7 +13,9 @@
 //             slow and fast workers interleaved around the ring), the cut ring (cpu
 //             profile, unequal speeds: steps cut by work, MakeCutRingPlan), zigzag, contiguous
 //             speed-proportional shards with K/V sent straight from the owner, and
-//             (P >= 16) 2-D tiled plans (MakeTiledPlan).
+//             (P >= 16) 2-D tiled plans (MakeTiledPlan); profile "cpu", when no candidate is
+//             within kBalanceTarget, also the forward of one candidate with the backward of
+//             another of the same layout (planner_internal::TakeBackwardFrom).
 // Backward steps are derived from the forward ones unless the schedule made its own (the
 // K/V-stationary ring backwards; MakePlan keeps those) (same routing: kQ -> kGradIn,
 // kOutPartial -> kDqPartial, plus a kDkvPartial back to the K/V owner after the last use of
