@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <thread>
 
@@ -85,21 +86,12 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   const std::vector<int64_t> sent0 = s->transport->BytesSentPerPeer();
   const std::vector<int64_t> recv0 = s->transport->BytesReceivedPerPeer();
 
-  // Watches the caller while the job runs: a cancelled RPC cancels the job.
-  std::mutex wm;
-  std::condition_variable wcv;
-  bool finished = false;
-  std::thread watcher([&] {
-    std::unique_lock<std::mutex> l(wm);
-    while (!finished) {
-      wcv.wait_for(l, std::chrono::milliseconds(20));
-      if (!finished && rpc_cancelled && rpc_cancelled()) {
-        s->cancel = true;
-        s->transport->Abort();
-        return;
-      }
-    }
-  });
+  // The caller is watched while the job runs: a cancelled RPC cancels the job.
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (rpc_cancelled) watched_[req.job_id()] = Watched{s, &rpc_cancelled};
+    if (!watcher_.joinable()) watcher_ = std::thread([this] { WatchLoop(); });
+  }
 
   absl::StatusOr<PassStats> result;
   (void)s->transport->TakeDeviceIdleSeconds();  // drop what an earlier, failed job left
@@ -125,11 +117,9 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   }
   const absl::Time executor_end = absl::Now();
   {
-    std::lock_guard<std::mutex> l(wm);
-    finished = true;
+    std::lock_guard<std::mutex> l(mu_);
+    watched_.erase(req.job_id());
   }
-  wcv.notify_all();
-  watcher.join();
   if (trace_jobs_) {
     // DFA_TRACE_OPS=1: where the worker's part of a job's wall time goes (host clock, ms).
     absl::FPrintF(stderr,
@@ -218,6 +208,28 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
     }
   }
   return stats;
+}
+
+JobRunner::~JobRunner() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void JobRunner::WatchLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!watch_stop_) {
+    watch_cv_.wait_for(l, std::chrono::milliseconds(20));
+    for (auto& [id, w] : watched_) {
+      if (!w.session->cancel && (*w.rpc_cancelled)()) {
+        w.session->cancel = true;
+        w.session->transport->Abort();
+      }
+    }
+  }
 }
 
 absl::Status JobRunner::Cancel(const std::string& job_id) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/time/time.h"
 #include "dfa/v1/worker.pb.h"
@@ -31,6 +33,9 @@ class JobRunner {
   // `sessions` and `metrics` must outlive the runner. `metrics` may be null.
   JobRunner(SessionRegistry* sessions, WorkerMetrics* metrics, absl::Duration step_timeout)
       : sessions_(sessions), metrics_(metrics), step_timeout_(step_timeout) {}
+  ~JobRunner();
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
 
   // `rpc_cancelled` is polled while the job runs; true cancels it (the caller went away).
   absl::StatusOr<v1::WorkerJobStats> Run(const v1::RunJobRequest& request,
@@ -46,6 +51,15 @@ class JobRunner {
 
  private:
   absl::Status Prepare(WorkerSession* s, const v1::RunJobRequest& request);
+  // One thread for all running jobs polls their callers (every 20 ms) and cancels the jobs of
+  // callers that went away; started with the first job. A job only registers and unregisters
+  // (no thread per job: joining one cost a wake-up, ~0.1-0.4 ms, at the end of every job).
+  void WatchLoop();
+
+  struct Watched {
+    std::shared_ptr<WorkerSession> session;
+    const std::function<bool()>* rpc_cancelled;  // valid while the job's Run() runs
+  };
 
   SessionRegistry* sessions_;
   std::atomic<WorkerMetrics*> metrics_;
@@ -60,6 +74,10 @@ class JobRunner {
   std::set<std::string> cancelled_early_;    // cancelled before they started (bounded)
   std::deque<std::string> cancelled_order_;  // eviction order of cancelled_early_
   bool shutting_down_ = false;
+  std::map<std::string, Watched> watched_;  // job id -> caller to poll (under mu_)
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;  // under mu_
+  std::thread watcher_;      // started by the first Run (under mu_)
 };
 
 }  // namespace dfa
