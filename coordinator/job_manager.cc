@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,15 +49,6 @@ bool TraceJobs() {
   static const bool on = [] {
     const char* v = std::getenv("DFA_TRACE_OPS");
     return v != nullptr && *v != '\0' && std::string(v) != "0";
-  }();
-  return on;
-}
-
-// DFA_RUNJOB_SYNC=1: RunJob calls through the synchronous stub on their own threads (see Flush).
-bool SyncRunJob() {
-  static const bool on = [] {
-    const char* v = std::getenv("DFA_RUNJOB_SYNC");
-    return v != nullptr && v[0] == '1';
   }();
   return on;
 }
@@ -175,17 +165,6 @@ void JobManager::Flush() {
     for (size_t r = 0; r < rec->contexts.size(); ++r) {
       const int rank = static_cast<int>(r);
       std::shared_ptr<v1::Worker::Stub> stub = stubs_->Get(rec->session->shards[r].address);
-      if (SyncRunJob()) {
-        // One thread per call, blocking in the synchronous stub: the request leaves from this
-        // thread and the reply is read by the same thread (no hand-off to gRPC's callback
-        // threads on either leg). Shutdown waits for calls_in_flight_ as for async calls.
-        std::thread([this, rec, rank, stub] {
-          grpc::Status s = stub->RunJob(rec->contexts[rank].get(), rec->requests[rank],
-                                        &rec->responses[rank]);
-          OnWorkerDone(rec, rank, s);
-        }).detach();
-        continue;
-      }
       stub->async()->RunJob(rec->contexts[r].get(), &rec->requests[r], &rec->responses[r],
                             [this, rec, rank](grpc::Status s) { OnWorkerDone(rec, rank, s); });
     }
