@@ -51,29 +51,46 @@ bool Fits(const std::vector<ComputeOp>& all, const std::vector<RowPlace>& qp,
   call->m = qb - qa;
   call->n = kb - ka;
   call->q_row0 = qs.front().global;
-  call->kv_row0 = ks.front().global;
   int64_t plan_pairs = 0;
-  bool shifted_equal = true;
   for (const Segment& q : qs) {
-    for (const Segment& k : ks) {
-      const int64_t want = VisiblePairs(q.global, q.len, k.global, k.len, mask);
-      plan_pairs += want;
-      if (mask == MaskKind::kCausal) {
-        const int64_t got = VisiblePairs(call->q_row0 + (q.local - qa), q.len,
-                                         call->kv_row0 + (k.local - ka), k.len, mask);
-        // Within one pair of segments both masks are causal at some shift: the same count
-        // means the same pairs.
-        shifted_equal = shifted_equal && got == want;
-      }
-    }
+    for (const Segment& k : ks) plan_pairs += VisiblePairs(q.global, q.len, k.global, k.len, mask);
   }
   if (plan_pairs != op_pairs) return false;  // the ops leave visible pairs of the box out
   if (plan_pairs == call->m * call->n) {
     call->mask = MaskKind::kFull;  // every pair visible: no mask at all
+    call->kv_row0 = ks.front().global;
     return true;
   }
+  if (mask != MaskKind::kCausal) return false;
   call->mask = mask;
-  return mask == MaskKind::kCausal && shifted_equal;
+  // Causal: key positions such that, within every pair of segments, the call's mask sees the
+  // pairs the plan's does. Only the shift between the two sides matters (q_row0 is fixed); a
+  // pair of segments whose pairs are neither all visible nor all hidden pins it, so the
+  // candidates are the shifts that make each pair of segments agree exactly.
+  std::vector<int64_t> candidates = {ks.front().global};
+  for (const Segment& q : qs) {
+    for (const Segment& k : ks) {
+      candidates.push_back(call->q_row0 + (q.local - qa) - q.global - (k.local - ka) + k.global);
+    }
+  }
+  for (const int64_t kv_row0 : candidates) {
+    bool agree = true;
+    for (const Segment& q : qs) {
+      for (const Segment& k : ks) {
+        const int64_t want = VisiblePairs(q.global, q.len, k.global, k.len, mask);
+        const int64_t got = VisiblePairs(call->q_row0 + (q.local - qa), q.len,
+                                         kv_row0 + (k.local - ka), k.len, mask);
+        // Within one pair of segments both masks are causal at some shift: the same count
+        // means the same pairs.
+        agree = agree && got == want;
+      }
+    }
+    if (agree) {
+      call->kv_row0 = kv_row0;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace

@@ -101,18 +101,63 @@ TEST(OpFusionTest, DifferentSourcesNeverFuse) {
   EXPECT_EQ(s.Fuse(MaskKind::kCausal).size(), 2u);
 }
 
-TEST(OpFusionTest, ShiftedMaskThatWouldSeeMorePairsIsRejected) {
+// Global row of local row `local` of a source storing `layout` back to back.
+int64_t GlobalRow(const std::vector<RowRange>& layout, int64_t local) {
+  for (const RowRange& r : layout) {
+    if (local < r.size()) return r.begin + local;
+    local -= r.size();
+  }
+  ADD_FAILURE() << "local row outside the layout";
+  return -1;
+}
+
+// Every pair of the call's box: the call's mask sees it iff the plan's mask does and an op of
+// the call covers it.
+void ExpectExact(const Step& s, const FusedCall& c, MaskKind mask) {
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      const int64_t gq = GlobalRow(*c.q.layout, c.q.local + i);
+      const int64_t gk = GlobalRow(*c.kv.layout, c.kv.local + j);
+      const bool call_sees = c.mask == MaskKind::kFull || c.kv_row0 + j <= c.q_row0 + i;
+      bool covered = false;
+      for (int o : c.ops) {
+        const ComputeOp& op = s.ops[o];
+        covered = covered || (op.q_rows.begin <= gq && gq < op.q_rows.end &&
+                              op.kv_rows.begin <= gk && gk < op.kv_rows.end);
+      }
+      const bool plan_sees = covered && (mask == MaskKind::kFull || gk <= gq);
+      EXPECT_EQ(call_sees, plan_sees) << "q " << gq << " k " << gk;
+    }
+  }
+}
+
+TEST(OpFusionTest, UnevenKeySegmentsFuseAtTheShiftThatKeepsTheMask) {
   const std::vector<RowRange> q = {{4, 8}};
   const std::vector<RowRange> kv = {{0, 2}, {5, 7}};
-  Step s;  // on local positions keys [5,7) would look as old as [2,4): all visible
+  Step s;  // keys [5,7) cut the causal diagonal; keys [0,2) are all visible
   s.Add(q, {4, 8}, kv, {0, 2});
   s.Add(q, {4, 8}, kv, {5, 7});
-  EXPECT_EQ(s.Fuse(MaskKind::kCausal).size(), 2u);
-  // Without a mask the same box is exact.
+  const auto calls = s.Fuse(MaskKind::kCausal);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].kv_row0, 3);  // local key rows 2, 3 sit at positions 5, 6
+  ExpectExact(s, calls[0], MaskKind::kCausal);
   const auto full = s.Fuse(MaskKind::kFull);
   ASSERT_EQ(full.size(), 1u);
   EXPECT_EQ(full[0].mask, MaskKind::kFull);
   EXPECT_EQ(full[0].n, 4);
+}
+
+TEST(OpFusionTest, NoShiftFitsTwoDiagonalsAtDifferentOffsets) {
+  // Keys [4,6) and [10,12) both cut queries [4,12)'s diagonal, at local distances that no one
+  // shift reproduces (the middle keys [6,10) are missing from the step): kept apart.
+  const std::vector<RowRange> q = {{4, 12}};
+  const std::vector<RowRange> kv = {{4, 6}, {10, 12}};
+  Step s;
+  s.Add(q, {4, 12}, kv, {4, 6});
+  s.Add(q, {4, 12}, kv, {10, 12});
+  const auto calls = s.Fuse(MaskKind::kCausal);
+  EXPECT_EQ(calls.size(), 2u);
+  for (const FusedCall& c : calls) ExpectExact(s, c, MaskKind::kCausal);
 }
 
 TEST(OpFusionTest, FullMaskNeedsTheWholeRectangle) {
@@ -126,6 +171,24 @@ TEST(OpFusionTest, FullMaskNeedsTheWholeRectangle) {
   const auto calls = s.Fuse(MaskKind::kFull);
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].m * calls[0].n, 64);
+}
+
+TEST(OpFusionTest, KeyPositionsShiftedToMatchTheDiagonal) {
+  // Zigzag worker 0 after DeferOwnOps: its last chunk's queries against both of its chunks.
+  // Local key rows [4, 8) are global [12, 16): the call masks with keys at 8 + j, which keeps
+  // the diagonal block causal and the first chunk (positions 8..11 < 12) fully visible.
+  const std::vector<RowRange> owned = {{0, 4}, {12, 16}};
+  Step s;
+  s.Add(owned, {12, 16}, owned, {0, 4});
+  s.Add(owned, {12, 16}, owned, {12, 16});
+  const auto calls = s.Fuse(MaskKind::kCausal);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].mask, MaskKind::kCausal);
+  EXPECT_EQ(calls[0].q_row0, 12);
+  EXPECT_EQ(calls[0].kv_row0, 8);
+  EXPECT_EQ(calls[0].m, 4);
+  EXPECT_EQ(calls[0].n, 8);
+  ExpectExact(s, calls[0], MaskKind::kCausal);
 }
 
 TEST(OpFusionTest, OverlappingOpsAreNeverMerged) {
