@@ -10,8 +10,9 @@
 # *-cpasync steps set DFA_CUDA_FWD_WS=0 (Hopper forward on the cp.async kernel, not the TMA one);
 # bench-nopp-quick turns its ping-pong off; test-bwdtma sets DFA_CUDA_BWD_PIPE=0 (Hopper backward on
 # the atomic-dQ TMA kernel instead of the default pipe kernel), test-bwdpipe runs the test and
-# the SDPA check for each pipe mode DFA_CUDA_BWD_PIPE=1..4; bench-bwd-quick runs the quick bench
-# for the default, pipe modes 0..4 and the cp.async kernel (DFA_CUDA_BWD_WS=0) in a row.
+# the SDPA check for each pipe mode in $PIPE_MODES (default 1..5); bench-bwd-quick runs the quick
+# bench for the default, each pipe mode in $BENCH_PIPE_MODES (default 0..5) and the cp.async kernel
+# (DFA_CUDA_BWD_WS=0; left out when BENCH_PIPE_MODES is set) in a row.
 set -uo pipefail
 G=${G:-.gpu-kernels}
 OUT=${OUT:-gpu-out}
@@ -31,10 +32,12 @@ for step in "$@"; do
     bench-cpasync-quick) DFA_CUDA_FWD_WS=0 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_cpasync.md" ;;
     bench-nopp-quick) DFA_CUDA_FWD_PINGPONG=0 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_nopp.md" ;;
     test-bwdtma) DFA_CUDA_BWD_PIPE=0 timeout 60 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_bwdtma.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
-    test-bwdpipe) for m in 1 2 3 4; do echo "# DFA_CUDA_BWD_PIPE=$m"; DFA_CUDA_BWD_PIPE=$m timeout 60 "$G/cuda_backend_test" &&
+    test-bwdpipe) for m in ${PIPE_MODES:-1 2 3 4 5}; do echo "# DFA_CUDA_BWD_PIPE=$m"; DFA_CUDA_BWD_PIPE=$m timeout 60 "$G/cuda_backend_test" &&
       rm -rf /tmp/dfa-cases && mkdir -p /tmp/dfa-cases && DFA_CUDA_BWD_PIPE=$m timeout 60 "$G/dfa_sdpa_cases" /tmp/dfa-cases &&
       timeout 120 python3 tests/gpu/sdpa_check.py /tmp/dfa-cases; echo "rc=$?"; done 2>&1 | tee "$OUT/test_bwdpipe.log" | grep -E "^#|OK \]|FAIL|failing|rc=" ;;
-    bench-bwd-quick) for v in DFA_CUDA_BWD_PIPE= DFA_CUDA_BWD_PIPE=0 DFA_CUDA_BWD_PIPE=1 DFA_CUDA_BWD_PIPE=2 DFA_CUDA_BWD_PIPE=3 DFA_CUDA_BWD_PIPE=4 DFA_CUDA_BWD_WS=0; do echo "# $v"; env $v timeout 60 "$G/dfa_kernel_bench" --quick; done 2>&1 | tee "$OUT/bench_bwd.md" ;;
+    bench-bwd-quick) vs="DFA_CUDA_BWD_PIPE="; for m in ${BENCH_PIPE_MODES:-0 1 2 3 4 5}; do vs="$vs DFA_CUDA_BWD_PIPE=$m"; done
+      [ -z "${BENCH_PIPE_MODES:-}" ] && vs="$vs DFA_CUDA_BWD_WS=0"
+      for v in $vs; do echo "# $v"; env $v timeout 60 "$G/dfa_kernel_bench" --quick; done 2>&1 | tee "$OUT/bench_bwd.md" ;;
     test-mma) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/cuda_backend_test" 2>&1 | tee "$OUT/test_mma.log" | grep -E "OK|FAIL|SKIP|Failure|error" | head -30 ;;
     bench-mma) DFA_CUDA_NO_WGMMA=1 timeout 300 "$G/dfa_kernel_bench" 2>&1 | tee "$OUT/bench_mma.md" ;;
     bench-mma-quick) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_mma.md" ;;
