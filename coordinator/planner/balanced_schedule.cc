@@ -414,25 +414,7 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   // striped ring's forward with few large pieces (smaller ones lose the message latency) and
   // its K/V-stationary backward with smaller pieces, whose dQ partials BalanceTransfers can
   // spread (docs/planner.md, "Passes mixed").
-  if (true_time) {
-    // Own-only ops of the first step moved to the last (planner_internal::DeferOwnOps), all but
-    // `keep` of them, in the backward and then the forward: they hide the partials a pass ends
-    // waiting for, where the cost model says so.
-    for (const bool forward : {false, true}) {
-      Plan base = best;
-      for (int keep = 0; keep < 8; ++keep) {
-        Plan deferred = base;
-        if (!planner_internal::DeferOwnOps(deferred, forward, keep)) break;
-        const Score score = Evaluate(deferred, params, true_time);
-        if (Better(score, best_score, true_time)) {
-          best = std::move(deferred);
-          best_score = score;
-        }
-      }
-    }
-    return best;
-  }
-  if (best_score.balance <= kBalanceTarget) return best;
+  if (true_time || best_score.balance <= kBalanceTarget) return best;
   int mix_f = -1, mix_b = -1;
   for (size_t a = 0; a < recorded.size(); ++a) {
     for (size_t b = 0; b < recorded.size(); ++b) {

@@ -52,12 +52,4 @@ bool TakeBackwardFrom(Plan& plan, Plan backward_source);
 // length. No-op for window < 1, P < 2 or free communication.
 void BalanceTransfers(Plan& plan, const CostParams& params, int window, bool forward);
 
-// Moves, in every worker's pass (forward or backward), the compute ops of its first computing
-// step that read only what the worker owns (own queries x own keys/values), but the first `keep`
-// of them, to the pass's last step. Own-only ops depend on no transfer and feed none, so the
-// plan stays valid; in the last step they run while the partials other workers send in it
-// travel, which the pass otherwise waits for at its end (at 16K tokens on 2 GPUs the
-// K/V-stationary backward's dQ partial: ~0.4 ms). Returns whether an op moved.
-bool DeferOwnOps(Plan& plan, bool forward, int keep);
-
 }  // namespace dfa::planner_internal

@@ -63,34 +63,22 @@ bool Fits(const std::vector<ComputeOp>& all, const std::vector<RowPlace>& qp,
   }
   if (mask != MaskKind::kCausal) return false;
   call->mask = mask;
-  // Causal: key positions such that, within every pair of segments, the call's mask sees the
-  // pairs the plan's does. Only the shift between the two sides matters (q_row0 is fixed); a
-  // pair of segments whose pairs are neither all visible nor all hidden pins it, so the
-  // candidates are the shifts that make each pair of segments agree exactly.
-  std::vector<int64_t> candidates = {ks.front().global};
+  // Causal: the first key segment at its global position. (A shift that keeps every pair of
+  // segments exact can exist at other key positions too, but it makes a diagonal band that
+  // cuDNN runs far slower than the plain causal and full calls it would replace: measured
+  // 385 vs ~470 TFLOP/s on H200.)
+  call->kv_row0 = ks.front().global;
   for (const Segment& q : qs) {
     for (const Segment& k : ks) {
-      candidates.push_back(call->q_row0 + (q.local - qa) - q.global - (k.local - ka) + k.global);
+      const int64_t want = VisiblePairs(q.global, q.len, k.global, k.len, mask);
+      const int64_t got = VisiblePairs(call->q_row0 + (q.local - qa), q.len,
+                                       call->kv_row0 + (k.local - ka), k.len, mask);
+      // Within one pair of segments both masks are causal at some shift: the same count means
+      // the same pairs.
+      if (got != want) return false;
     }
   }
-  for (const int64_t kv_row0 : candidates) {
-    bool agree = true;
-    for (const Segment& q : qs) {
-      for (const Segment& k : ks) {
-        const int64_t want = VisiblePairs(q.global, q.len, k.global, k.len, mask);
-        const int64_t got = VisiblePairs(call->q_row0 + (q.local - qa), q.len,
-                                         kv_row0 + (k.local - ka), k.len, mask);
-        // Within one pair of segments both masks are causal at some shift: the same count
-        // means the same pairs.
-        agree = agree && got == want;
-      }
-    }
-    if (agree) {
-      call->kv_row0 = kv_row0;
-      return true;
-    }
-  }
-  return false;
+  return true;
 }
 
 }  // namespace
