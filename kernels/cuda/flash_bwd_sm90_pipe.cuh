@@ -18,14 +18,10 @@
 //   kIndep = true: each warpgroup computes the dQ partial of its own 64 keys over all kD columns
 //   (head dim 128: two 64-column GEMMs in a row) from its own dS^T rows, so the warpgroups never
 //   wait for each other (a 128-thread barrier per item); dQ is reduced twice as often.
-//   kDefer (head dim 128, modes 4 and 5): the column split, but each item's dQ is issued in the
-//   next item (after that item's dS^T), so a warpgroup never waits for the other one's dS^T of
-//   the same item: dS^T triple buffered, mbarriers ds_full / ds_empty per buffer (one arrival
-//   per consumer warp).
-//   kDeferEarly (head dim 128, modes 6 and 7): kDefer with the previous item's dQ issued right
-//   after this item's dV, so it runs on the tensor cores under this item's dS phase; to free the
-//   registers for its accumulators, dS = P (dP - Delta) takes P from its 16-bit copy (the dV
-//   operand) instead of the fp32 P (one more rounding of P: dS is rounded to 16 bits anyway).
+//   kDefer (head dim 128, modes 4 and 5; mode 4 is the head dim 128 default): the column split,
+//   but each item's dQ is issued in the next item (after that item's dS^T), so a warpgroup never
+//   waits for the other one's dS^T of the same item: dS^T triple buffered, mbarriers ds_full /
+//   ds_empty per buffer (one arrival per consumer warp).
 //   `offset` (kIndep, kDefer): warpgroup 1 starts once warpgroup 0 has computed its first P^T,
 //   so their softmax phases fall on each other's GEMMs.
 // - Per item the GEMMs are issued as S^T, dP^T | dV | (barrier) dQ, dK: the consumer waits for
@@ -38,7 +34,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <type_traits>
 
 #include "kernels/cuda/flash_bwd_sm90_ws.cuh"  // kBwdDsBarrier, EncodeRowTensorMap
 #include "kernels/cuda/flash_params.h"
@@ -53,16 +48,13 @@ struct BwdPipeMaps {
 };
 
 // How the two consumer warpgroups share dQ (see the file comment): kSplit (mode 1), kIndep
-// (modes 2, 3), kDefer (modes 4, 5), kDeferEarly (modes 6, 7).
-// kDeferEarly (modes 6, 7): kDefer with the previous item's dQ issued right after this item's dV,
-// i.e. on the tensor cores during this item's dS phase.
-enum class BwdPipeVariant { kSplit, kIndep, kDefer, kDeferEarly };
+// (modes 2, 3), kDefer (mode 4).
+enum class BwdPipeVariant { kSplit, kIndep, kDefer };
 
 template <int kD, BwdPipeVariant kVariant>
 struct BwdPipeTraits {
   static constexpr bool kIndep = kVariant == BwdPipeVariant::kIndep;
-  static constexpr bool kEarly = kVariant == BwdPipeVariant::kDeferEarly;
-  static constexpr bool kDefer = kVariant == BwdPipeVariant::kDefer || kEarly;
+  static constexpr bool kDefer = kVariant == BwdPipeVariant::kDefer;
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2, kThreads = 384;
   static constexpr int kKVElems = kBlockN * kD;
   static constexpr int kQElems = kBlockM * kD;
@@ -94,17 +86,6 @@ struct BwdPipeTraits {
 // 2 + wg: one consumer warpgroup's dS^T written (kIndep); 4: warpgroup 1's start (offset).
 constexpr int kBwdPipeOwnDsBarrier = 2, kBwdPipeStartBarrier = 4;
 
-// Element `hi` (0: low 16 bits, 1: high) of two packed 16-bit floats of type T, as fp32.
-template <typename T>
-__device__ inline float UnpackHalf(uint32_t v, int hi) {
-  const uint32_t bits = hi ? v >> 16 : v & 0xffffu;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float(bits << 16);
-  } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  }
-}
-
 // Byte offset of fp32 element (row, col) in a staging buffer of 32-column swizzled panels.
 __device__ inline int DqStageOffset(int row, int col) {
   return (col >> 5) * (64 * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
@@ -118,7 +99,7 @@ __global__ void __launch_bounds__(384, 1)
 #ifdef DFA_WGMMA
   using Tr = ElemTraits<T>;
   using Cfg = BwdPipeTraits<kD, kVariant>;
-  constexpr bool kIndep = Cfg::kIndep, kDefer = Cfg::kDefer, kEarly = Cfg::kEarly;
+  constexpr bool kIndep = Cfg::kIndep, kDefer = Cfg::kDefer;
   constexpr int kBlockN = Cfg::kBlockN, kBlockM = Cfg::kBlockM, kStages = Cfg::kStages;
   constexpr int kPanels = kD / 64;
   constexpr int kNS = kBlockM / 2;  // S^T / dP^T accumulator floats per thread (m64 n64)
@@ -270,22 +251,6 @@ __global__ void __launch_bounds__(384, 1)
     }
   };
 
-  // dQ = dS K into acc_dq, one commit group (A = dS^T read MN-major, B = K read MN-major;
-  // kIndep: this warpgroup's keys and column panel col_panel; else all keys, column panel
-  // col_panel).
-  auto issue_dq = [&](float* acc_dq, int col_panel, const T* ds) {
-    constexpr int kQSteps = kIndep ? 64 / 16 : kBlockN / 16;
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; ++kk) {
-      const int key0 = kIndep ? cw * 64 + kk * 16 : kk * 16;
-      const uint64_t da = MakeSmemDesc(ds + key0 * 64, kBlockN * 64 * 2, 1024);
-      const uint64_t db =
-          MakeSmemDesc(s_k + col_panel * kBlockN * 64 + key0 * 64, kBlockN * 64 * 2, 1024);
-      WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
-    }
-    WgmmaCommit();
-  };
-
   float acc_dk[kNA], acc_dv[kNA];
 #pragma unroll
   for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
@@ -360,29 +325,15 @@ __global__ void __launch_bounds__(384, 1)
       WgmmaRS<T, kD, 1>::Run(acc_dv, ap[kk], db, 1);
     }
     WgmmaCommit();
-    // kEarly: the previous item's dQ (at the first item a dummy one on the unused buffer 2, never
-    // staged) goes on the tensor cores now, to run under this item's dS phase.
-    float acc_dq[32];
-    if constexpr (kEarly) {
-      if (item > 0) MbarWait(ds_full + (item + 2) % 3, ((item - 1) / 3) & 1);
-      WgmmaFence();
-      issue_dq(acc_dq, cw, s_ds_base + ((item + 2) % 3) * Cfg::kDsElems);
-      WgmmaWait<2>();  // dP^T done (dV, dQ may still run)
-    } else {
-      WgmmaWait<1>();  // dP^T done (the dV group may still run)
-    }
+    WgmmaWait<1>();  // dP^T done (the dV group may still run)
     FenceRegs<kNS>(dpt);
 
     uint32_t ads[kBlockM / 16][4];
     // kDefer: this buffer was last read by both warpgroups' dQ of item - 3.
     if (kDefer && item >= 3) MbarWait(ds_empty + item % 3, ((item - 3) / 3) & 1);
 #pragma unroll
-    for (int i = 0; i < kNS; ++i) {
-      // kEarly: P from its packed 16-bit copy (the dV operand), so that the fp32 P^T is dead
-      // while the dQ accumulators are in flight (registers).
-      const float pv = kEarly ? UnpackHalf<T>(ap[i >> 3][(i & 7) >> 1], i & 1) : st[i];
-      dpt[i] = pv * (dpt[i] - s_delta_cur[(i >> 2) * 8 + 2 * t + (i & 1)]);
-    }
+    for (int i = 0; i < kNS; ++i)
+      dpt[i] = st[i] * (dpt[i] - s_delta_cur[(i >> 2) * 8 + 2 * t + (i & 1)]);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
       ads[kk][0] = Tr::Pack(dpt[8 * kk + 0], dpt[8 * kk + 1]);
@@ -418,17 +369,25 @@ __global__ void __launch_bounds__(384, 1)
     // dQ = dS K (A = dS^T read MN-major, B = K read MN-major; kIndep: this warpgroup's keys,
     // columns 0..63 first; else all keys, this warpgroup's 64 columns), then dK += dS^T Q (Q read
     // MN-major; the scale is applied at the end), as two commit groups.
+    float acc_dq[32];
+    auto issue_dq = [&](int col_panel, const T* ds) {
+      constexpr int kQSteps = kIndep ? 64 / 16 : kBlockN / 16;
+#pragma unroll
+      for (int kk = 0; kk < kQSteps; ++kk) {
+        const int key0 = kIndep ? cw * 64 + kk * 16 : kk * 16;
+        const uint64_t da = MakeSmemDesc(ds + key0 * 64, kBlockN * 64 * 2, 1024);
+        const uint64_t db =
+            MakeSmemDesc(s_k + col_panel * kBlockN * 64 + key0 * 64, kBlockN * 64 * 2, 1024);
+        WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
+      }
+      WgmmaCommit();
+    };
     // kDefer: the dQ of the previous item (at the first item a dummy one on the unused buffer 2,
     // never staged), once both warpgroups' dS^T of that item are in shared memory.
     const int dq_item = kDefer ? item - 1 : item;
-    if constexpr (!kEarly) {
-      if (kDefer && item > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
-      WgmmaFence();
-      issue_dq(acc_dq, kIndep ? 0 : cw,
-               kDefer ? s_ds_base + ((item + 2) % 3) * Cfg::kDsElems : s_ds);
-    } else {
-      WgmmaFence();
-    }
+    if (kDefer && item > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
+    WgmmaFence();
+    issue_dq(kIndep ? 0 : cw, kDefer ? s_ds_base + ((item + 2) % 3) * Cfg::kDsElems : s_ds);
     FenceRegs<kNA>(acc_dk);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -451,7 +410,7 @@ __global__ void __launch_bounds__(384, 1)
       stage_dq(acc_dq, 0);
       if constexpr (kIndep && kD == 128) {  // columns 64..127 of this warpgroup's keys
         WgmmaFence();
-        issue_dq(acc_dq, 1, s_ds);
+        issue_dq(1, s_ds);
         WgmmaWait<0>();
         FenceRegs<32>(acc_dq);
         stage_dq(acc_dq, 64);
@@ -536,11 +495,9 @@ inline bool EncodeDqTensorMap(CUtensorMap* map, float* ptr, int d, int heads, in
 
 // Queues the pipe backward; mode 1: column-split dQ, 2: independent warpgroups, 3: independent
 // with the start offset, 4: column split with each item's dQ deferred to the next item, with the
-// start offset, 5: as 4 without the start offset, 6: as 4 with the previous item's dQ issued
-// right after this item's dV, 7: as 6 without the start offset (modes 1 and 4..7 need head dim
-// 128; head dim 64 runs 2 for 1 and 3 for 4..7). Returns
-// cudaErrorNotSupported, with nothing queued, when TMA cannot describe the tensors (the caller
-// then runs another kernel).
+// start offset, 5: as 4 without the start offset (modes 1, 4 and 5 need head dim 128; head dim
+// 64 runs 2 for 1 and 3 for 4 and 5). Returns cudaErrorNotSupported, with nothing queued, when
+// TMA cannot describe the tensors (the caller then runs another kernel).
 template <typename T, int kD>
 cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream) {
   using Indep = BwdPipeTraits<kD, BwdPipeVariant::kIndep>;
@@ -571,15 +528,11 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream)
   if constexpr (kD == 128) {
     using Split = BwdPipeTraits<kD, BwdPipeVariant::kSplit>;
     using Defer = BwdPipeTraits<kD, BwdPipeVariant::kDefer>;
-    using Early = BwdPipeTraits<kD, BwdPipeVariant::kDeferEarly>;
     if (mode == 1)
       return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kSplit>, Split::kSmemBytes, 0);
     if (mode == 4 || mode == 5)
       return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kDefer>, Defer::kSmemBytes,
                     mode == 4 ? 1 : 0);
-    if (mode == 6 || mode == 7)
-      return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kDeferEarly>, Early::kSmemBytes,
-                    mode == 6 ? 1 : 0);
   }
   return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kIndep>, Indep::kSmemBytes,
                 mode >= 3 ? 1 : 0);

@@ -67,7 +67,7 @@ int Main(int argc, char** argv) {
   // Kernel-variant switches of the Hopper forward (kernels/cuda/sm90_dispatch.h) tag the rows:
   // DFA_CUDA_FWD_WS=0 -cpasync (cp.async kernel instead of the TMA warp-specialised one),
   // DFA_CUDA_FWD_PINGPONG=0 -nopingpong; of the backward: DFA_CUDA_BWD_WS=0 -bwdcpasync / =1 -bwdtma
-  // (cp.async or TMA kernel), DFA_CUDA_BWD_PIPE=1..7 -pipe1..7 / =0 -nopipe (the TMA kernel's dQ
+  // (cp.async or TMA kernel), DFA_CUDA_BWD_PIPE=1..5 -pipe1..5 / =0 -nopipe (the TMA kernel's dQ
   // by writer warps in the given mode, or by atomics; unset: the default mode per head dim).
   std::string tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync" : "";
   for (const auto& [var, name] : {std::pair<const char*, const char*>{"DFA_CUDA_FWD_WS", "-cpasync"},
@@ -78,7 +78,7 @@ int Main(int argc, char** argv) {
     if (e != nullptr && e[0] == '0') tag += name;
   }
   if (const char* e = std::getenv("DFA_CUDA_BWD_WS"); e != nullptr && e[0] == '1') tag += "-bwdtma";
-  if (const char* e = std::getenv("DFA_CUDA_BWD_PIPE"); e != nullptr && e[0] >= '1' && e[0] <= '7') {
+  if (const char* e = std::getenv("DFA_CUDA_BWD_PIPE"); e != nullptr && e[0] >= '1' && e[0] <= '5') {
     tag += std::string("-pipe") + e[0];
   }
   const char* kernel_tag = tag.c_str();
