@@ -13,39 +13,15 @@
 #include "coordinator/planner/planner.h"
 #include "gtest/gtest.h"
 #include "kernels/reference/reference_attention.h"
+#include "tests/worker/executor/simulation_test_util.h"
 #include "worker/executor/simulator.h"
 
 namespace dfa {
 namespace {
 
-std::vector<float> Random(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-TensorView HostView(std::vector<float>& v, int batch, int64_t rows, int heads, int dim) {
-  TensorView t;
-  t.data = v.data();
-  t.dtype = DType::kF32;
-  t.batch = batch;
-  t.rows = rows;
-  t.heads = heads;
-  t.head_dim = dim;
-  return t;
-}
-
-// Max |a - b| / (atol + rtol |b|); <= 1 passes.
-double WorstError(const std::vector<float>& got, const std::vector<double>& want, double atol,
-                  double rtol) {
-  double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isinf(want[i]) && got[i] == want[i]) continue;
-    worst = std::max(worst, std::abs(got[i] - want[i]) / (atol + rtol * std::abs(want[i])));
-  }
-  return worst;
-}
+using testing_util::HostView;
+using testing_util::Random;
+using testing_util::WorstError;
 
 int CountTensor(const std::vector<PlanStep>& pass, PlanTensor tensor) {
   int n = 0;
