@@ -390,5 +390,58 @@ TEST_F(CudnnBackendTest, AgreesWithCudaBackend) {
   for (size_t i = 0; i < nstat; ++i) ASSERT_NEAR(la[i], lb[i], 4 * Eps(s.dtype)) << i;
 }
 
+// Convert (the executor's final O, packing of strided rows): fp32 -> bf16 and back between
+// strided views (batch 2, rows padded), both the row kernel (32 x 128 elements per row) and the
+// flat one (statistics: 1 element per row); every element must equal the host's rounding.
+TEST_F(CudnnBackendTest, ConvertStridedRowsAndStatistics) {
+  for (const int hd : {32 * 128, 1}) {
+    const int batch = 2;
+    const int64_t rows = 300, src_row = hd + 8, dst_row = hd + 16;
+    std::vector<float> host(size_t(batch) * rows * src_row);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = std::sin(0.37 * double(i)) * 3.0;
+    float* src = static_cast<float*>(Upload(host.data(), host.size() * 4));
+    const size_t dst_count = size_t(batch) * rows * dst_row;
+    void* dst = Upload(std::vector<uint16_t>(dst_count, 0).data(), dst_count * 2);
+    TensorView a;
+    a.data = src;
+    a.dtype = DType::kF32;
+    a.batch = batch;
+    a.rows = rows;
+    a.heads = hd == 1 ? 1 : 32;
+    a.head_dim = hd == 1 ? 1 : 128;
+    a.row_stride = src_row;
+    a.batch_stride = rows * src_row;
+    TensorView b = a;
+    b.data = dst;
+    b.dtype = DType::kBF16;
+    b.row_stride = dst_row;
+    b.batch_stride = rows * dst_row;
+    ASSERT_TRUE(be_->Convert(a, b, nullptr).ok());
+    const auto got = DownloadAsFloat(dst, DType::kBF16, dst_count);
+    for (int bi = 0; bi < batch; ++bi) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int c = 0; c < hd; ++c) {
+          const float want = host[size_t(bi) * rows * src_row + r * src_row + c];
+          const float have = got[size_t(bi) * rows * dst_row + r * dst_row + c];
+          ASSERT_NEAR(have, want, std::abs(want) * 0.0079 + 1e-6) << "b " << bi << " r " << r << " c " << c;
+        }
+      }
+    }
+    // And back: bf16 -> fp32 is exact.
+    TensorView c = a;
+    c.data = Filled(host.size(), -1.f);
+    ASSERT_TRUE(be_->Convert(b, c, nullptr).ok());
+    const auto round_trip = Download<float>(c.data, host.size());
+    for (int bi = 0; bi < batch; ++bi) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int c2 = 0; c2 < hd; ++c2) {
+          ASSERT_EQ(round_trip[size_t(bi) * rows * src_row + r * src_row + c2],
+                    got[size_t(bi) * rows * dst_row + r * dst_row + c2]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dfa
