@@ -3,7 +3,7 @@
 dfa_kernel_bench: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 heads; batch 1; bf16.
 CUDA-event timing after one warm-up; forward runs with requires_grad inputs (saves LSE, as a
 training step does); backward = autograd.grad of the output. Prints a markdown table.
-Usage: python3 bench_sdpa.py [--quick]
+Usage: python3 bench_sdpa.py [--quick] [--hdim 64|128 (one head dim only)]
 """
 import sys
 
@@ -26,11 +26,14 @@ def timed(fn, reps):
 
 def main():
     quick = "--quick" in sys.argv
+    hdims = (64, 128)
+    if "--hdim" in sys.argv[:-1]:
+        hdims = (int(sys.argv[sys.argv.index("--hdim") + 1]),)
     heads = 32
     print("| kernel | D | S | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|")
     for name, backend in (("torch-fa2", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)):
-        for d in (64, 128):
+        for d in hdims:
             for s in ((4096, 16384) if quick else (4096, 16384, 65536)):
                 for causal in (True, False):
                     shape = (1, s, heads, d)

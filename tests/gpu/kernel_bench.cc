@@ -1,12 +1,12 @@
 // dfa_kernel_bench: TFLOP/s of the CUDA backend's forward and backward units, one GPU.
-//   dfa_kernel_bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16]
+//   dfa_kernel_bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16] [--hdim 64|128 (one only)]
 // Configs: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 query heads (= kv heads), batch 1.
 // FLOPs as ANCHORS.md counts them (forward 4·B·H·S²·D, halved for causal; backward 2.5×).
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
 // Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
 // -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, and with the kernel-variant switches
-// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..4, -nopipe; see Main).
+// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5 / -pipe8, -nopipe; see Main).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -50,8 +50,10 @@ absl::Status FillRandom(AttentionBackend& be, void* dst, size_t bytes, DType t, 
 int Main(int argc, char** argv) {
   bool quick = false;
   DType dtype = DType::kBF16;
+  int only_hdim = 0;  // 0: both head dims
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--hdim") && i + 1 < argc) only_hdim = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
       dtype = std::strcmp(argv[++i], "f16") ? DType::kBF16 : DType::kF16;
     }
@@ -67,7 +69,7 @@ int Main(int argc, char** argv) {
   // Kernel-variant switches of the Hopper forward (kernels/cuda/sm90_dispatch.h) tag the rows:
   // DFA_CUDA_FWD_WS=0 -cpasync (cp.async kernel instead of the TMA warp-specialised one),
   // DFA_CUDA_FWD_PINGPONG=0 -nopingpong; of the backward: DFA_CUDA_BWD_WS=0 -bwdcpasync / =1 -bwdtma
-  // (cp.async or TMA kernel), DFA_CUDA_BWD_PIPE=1..5 -pipe1..5 / =0 -nopipe (the TMA kernel's dQ
+  // (cp.async or TMA kernel), DFA_CUDA_BWD_PIPE=1..5, 8 -pipeN / =0 -nopipe (the TMA kernel's dQ
   // by writer warps in the given mode, or by atomics; unset: the default mode per head dim).
   std::string tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync" : "";
   for (const auto& [var, name] : {std::pair<const char*, const char*>{"DFA_CUDA_FWD_WS", "-cpasync"},
@@ -78,7 +80,7 @@ int Main(int argc, char** argv) {
     if (e != nullptr && e[0] == '0') tag += name;
   }
   if (const char* e = std::getenv("DFA_CUDA_BWD_WS"); e != nullptr && e[0] == '1') tag += "-bwdtma";
-  if (const char* e = std::getenv("DFA_CUDA_BWD_PIPE"); e != nullptr && e[0] >= '1' && e[0] <= '5') {
+  if (const char* e = std::getenv("DFA_CUDA_BWD_PIPE"); e != nullptr && ((e[0] >= '1' && e[0] <= '5') || e[0] == '8')) {
     tag += std::string("-pipe") + e[0];
   }
   const char* kernel_tag = tag.c_str();
@@ -115,6 +117,7 @@ int Main(int argc, char** argv) {
   std::printf("| kernel | D | S | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (int d : {64, 128}) {
+    if (only_hdim != 0 && d != only_hdim) continue;
     for (int64_t s : lengths) {
       for (MaskKind mask : {MaskKind::kCausal, MaskKind::kFull}) {
         TensorView tq;
