@@ -22,15 +22,8 @@
 //   but each item's dQ is issued in the next item (after that item's dS^T), so a warpgroup never
 //   waits for the other one's dS^T of the same item: dS^T triple buffered, mbarriers ds_full /
 //   ds_empty per buffer (one arrival per consumer warp).
-//   kDeferSplit (head dim 128, mode 8): kDefer with Q and dO in separate rings that are released
-//   separately: dO (+ Delta) in 2 stages, freed by each consumer warp once its dV (the last dO
-//   read) is done, loaded by producer warp 3; Q (+ LSE) in 3 stages, freed after dK, loaded by
-//   warp 0. Under the stagger a stage is freed only when the lagging warpgroup is done with it;
-//   the early dO release and the third Q stage let the producer refill ~1 item (dO) / ~1.5
-//   items (Q) before the leading warpgroup needs the data instead of ~0.5 item. Layout: the
-//   LSE / Delta rows move behind the dQ staging (1024-byte alignment of the panels); 226 KB.
-//   `offset` (kIndep, kDefer, kDeferSplit): warpgroup 1 starts once warpgroup 0 has computed its
-//   first P^T, so their softmax phases fall on each other's GEMMs.
+//   `offset` (kIndep, kDefer): warpgroup 1 starts once warpgroup 0 has computed its first P^T,
+//   so their softmax phases fall on each other's GEMMs.
 // - Per item the GEMMs are issued as S^T, dP^T | dV | (barrier) dQ, dK: the consumer waits for
 //   dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's order).
 // Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool).
@@ -55,17 +48,14 @@ struct BwdPipeMaps {
 };
 
 // How the two consumer warpgroups share dQ (see the file comment): kSplit (mode 1), kIndep
-// (modes 2, 3), kDefer (modes 4, 5), kDeferSplit (mode 8: kDefer, Q and dO released apart).
-enum class BwdPipeVariant { kSplit, kIndep, kDefer, kDeferSplit };
+// (modes 2, 3), kDefer (mode 4).
+enum class BwdPipeVariant { kSplit, kIndep, kDefer };
 
 template <int kD, BwdPipeVariant kVariant>
 struct BwdPipeTraits {
   static constexpr bool kIndep = kVariant == BwdPipeVariant::kIndep;
-  static constexpr bool kSplitRel = kVariant == BwdPipeVariant::kDeferSplit;
-  static constexpr bool kDefer = kVariant == BwdPipeVariant::kDefer || kSplitRel;
+  static constexpr bool kDefer = kVariant == BwdPipeVariant::kDefer;
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2, kThreads = 384;
-  // Stages of the Q (+ LSE) ring and of the dO (+ Delta) ring (one ring unless kSplitRel).
-  static constexpr int kQStages = kSplitRel ? 3 : kStages, kDoStages = kStages;
   static constexpr int kKVElems = kBlockN * kD;
   static constexpr int kQElems = kBlockM * kD;
   static constexpr int kDsElems = kBlockN * kBlockM;
@@ -75,21 +65,15 @@ struct BwdPipeTraits {
   static constexpr int kDqCols = kIndep ? kD : 64;
   static constexpr int kDqPanels = kDqCols / 32;
   static constexpr int kDqWgFloats = kBlockM * kDqCols;
-  // Layout (bytes from the 1024-aligned base): K, V, Q[kQStages], dO[kDoStages],
-  // dS^T[kDsBuffers], LSE[kQStages][64], Delta[kDoStages][64] (1 KB), dQ staging [2], mbarriers
-  // (kv, full[kQStages], empty[kQStages], dq_full[2], dq_empty[2]; kDefer: ds_full[3],
-  // ds_empty[3]; kSplitRel: do_full[2], do_empty[2]). kSplitRel: the LSE / Delta rows (1.25 KB)
-  // come after the dQ staging, which stays 1024-byte aligned.
-  static constexpr int kTileBytes =
-      (2 * kKVElems + (kQStages + kDoStages) * kQElems + kDsBuffers * kDsElems) * 2;
-  static constexpr int kStatBytes = (kQStages + kDoStages) * kBlockM * 4;
-  static constexpr int kDqOffset = kSplitRel ? kTileBytes : kTileBytes + kStatBytes;
-  static constexpr int kStatOffset = kSplitRel ? kDqOffset + 2 * kDqWgFloats * 4 : kTileBytes;
-  static constexpr int kBarOffset =
-      kSplitRel ? kStatOffset + kStatBytes : kDqOffset + 2 * kDqWgFloats * 4;
+  // Layout (bytes from the 1024-aligned base): K, V, Q[kStages], dO[kStages], dS^T[kDsBuffers],
+  // LSE[kStages][64], Delta[kStages][64] (1 KB), dQ staging [2], mbarriers (kv, full[kStages],
+  // empty[kStages], dq_full[2], dq_empty[2]; kDefer: ds_full[3], ds_empty[3]).
+  static constexpr int kStatOffset =
+      (2 * kKVElems + 2 * kStages * kQElems + kDsBuffers * kDsElems) * 2;
+  static constexpr int kDqOffset = kStatOffset + 2 * kStages * kBlockM * 4;
+  static constexpr int kBarOffset = kDqOffset + 2 * kDqWgFloats * 4;
   static constexpr int kSmemBytes =
-      kBarOffset + 8 * (5 + 2 * kQStages + (kDefer ? 6 : 0) + (kSplitRel ? 4 : 0)) +
-      1024;  // + alignment
+      kBarOffset + 8 * (5 + 2 * kStages + (kDefer ? 6 : 0)) + 1024;  // + alignment
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   static_assert(kDqOffset % 1024 == 0, "swizzled staging panels need 1024-byte alignment");
@@ -115,9 +99,8 @@ __global__ void __launch_bounds__(384, 1)
 #ifdef DFA_WGMMA
   using Tr = ElemTraits<T>;
   using Cfg = BwdPipeTraits<kD, kVariant>;
-  constexpr bool kIndep = Cfg::kIndep, kDefer = Cfg::kDefer, kSplitRel = Cfg::kSplitRel;
-  constexpr int kBlockN = Cfg::kBlockN, kBlockM = Cfg::kBlockM;
-  constexpr int kQStages = Cfg::kQStages, kDoStages = Cfg::kDoStages;
+  constexpr bool kIndep = Cfg::kIndep, kDefer = Cfg::kDefer;
+  constexpr int kBlockN = Cfg::kBlockN, kBlockM = Cfg::kBlockM, kStages = Cfg::kStages;
   constexpr int kPanels = kD / 64;
   constexpr int kNS = kBlockM / 2;  // S^T / dP^T accumulator floats per thread (m64 n64)
   constexpr int kNA = kD / 2;       // dK / dV accumulator floats per thread (m64 n kD)
@@ -125,21 +108,19 @@ __global__ void __launch_bounds__(384, 1)
   char* base = smem_bwp + ((1024 - (SmemAddr(smem_bwp) & 1023)) & 1023);
   T* s_k = reinterpret_cast<T*>(base);
   T* s_v = s_k + Cfg::kKVElems;
-  T* s_q_base = s_v + Cfg::kKVElems;                                 // kQStages stages
-  T* s_do_base = s_q_base + kQStages * Cfg::kQElems;                 // kDoStages stages
-  T* s_ds_base = s_do_base + kDoStages * Cfg::kQElems;               // kDsBuffers buffers
-  float* s_lse = reinterpret_cast<float*>(base + Cfg::kStatOffset);  // [kQStages][kBlockM]
-  float* s_delta = s_lse + kQStages * kBlockM;                       // [kDoStages][kBlockM]
+  T* s_q_base = s_v + Cfg::kKVElems;                                 // kStages stages
+  T* s_do_base = s_q_base + kStages * Cfg::kQElems;                  // kStages stages
+  T* s_ds_base = s_do_base + kStages * Cfg::kQElems;                 // kDsBuffers buffers
+  float* s_lse = reinterpret_cast<float*>(base + Cfg::kStatOffset);  // [kStages][kBlockM]
+  float* s_delta = s_lse + kStages * kBlockM;
   char* s_dq = base + Cfg::kDqOffset;  // [2][kDqPanels][64 rows][128 B]
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(base + Cfg::kBarOffset);
-  uint64_t* full = kv_full + 1;          // [kQStages]: Q, LSE (and unless kSplitRel dO, Delta)
-  uint64_t* empty = full + kQStages;     // [kQStages]
-  uint64_t* dq_full = empty + kQStages;  // [2]
-  uint64_t* dq_empty = dq_full + 2;      // [2]
-  uint64_t* ds_full = dq_empty + 2;  // [3] (kDefer): both warpgroups' dS^T of an item written
-  uint64_t* ds_empty = ds_full + 3;  // [3] (kDefer): both warpgroups' dQ of an item read it
-  uint64_t* do_full = ds_empty + 3;  // [kDoStages] (kSplitRel): dO, Delta
-  uint64_t* do_empty = do_full + kDoStages;  // [kDoStages] (kSplitRel)
+  uint64_t* full = kv_full + 1;
+  uint64_t* empty = full + kStages;
+  uint64_t* dq_full = empty + kStages;  // [2]
+  uint64_t* dq_empty = dq_full + 2;     // [2]
+  uint64_t* ds_full = dq_empty + 2;     // [3] (kDefer): both warpgroups' dS^T of an item written
+  uint64_t* ds_empty = ds_full + 3;     // [3] (kDefer): both warpgroups' dQ of an item read it
 
   const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int group = p.q_heads / p.kv_heads;
@@ -161,16 +142,9 @@ __global__ void __launch_bounds__(384, 1)
   if (tid == 0) {
     MbarInit(kv_full, 1);
 #pragma unroll
-    for (int s = 0; s < kQStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       MbarInit(full + s, 1 + 32);
       MbarInit(empty + s, 8);
-    }
-    if (kSplitRel) {
-#pragma unroll
-      for (int s = 0; s < kDoStages; ++s) {
-        MbarInit(do_full + s, 1 + 32);
-        MbarInit(do_empty + s, 8);
-      }
     }
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
@@ -202,19 +176,18 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
       for (int it = 0; it < items; ++it) {
-        const int s = it % kQStages;
-        MbarWait(empty + s, ((it / kQStages) & 1) ^ 1);
+        const int s = it % kStages;
+        MbarWait(empty + s, ((it / kStages) & 1) ^ 1);
         const int h = hk * group + it / per_head;
         const int64_t m_begin = int64_t{m_block_min + it % per_head} * kBlockM;
         if (lane == 0) {
-          MbarArriveExpectTx(full + s, (kSplitRel ? 1 : 2) * Cfg::kQElems * 2);
+          MbarArriveExpectTx(full + s, 2 * Cfg::kQElems * 2);
 #pragma unroll
           for (int pn = 0; pn < kPanels; ++pn) {
             TmaLoad4d(s_q_base + s * Cfg::kQElems + pn * kBlockM * 64, &maps.q, full + s, pn * 64,
                       h, static_cast<int>(m_begin), b);
-            if (!kSplitRel)
-              TmaLoad4d(s_do_base + s * Cfg::kQElems + pn * kBlockM * 64, &maps.dout, full + s,
-                        pn * 64, h, static_cast<int>(m_begin), b);
+            TmaLoad4d(s_do_base + s * Cfg::kQElems + pn * kBlockM * 64, &maps.dout, full + s,
+                      pn * 64, h, static_cast<int>(m_begin), b);
           }
         }
         const float* lse_g = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + m_begin;
@@ -226,32 +199,12 @@ __global__ void __launch_bounds__(384, 1)
           if (m_begin + r < p.m) {
             const float lse = lse_g[r];
             if (lse != -INFINITY) l = lse * kLog2e;
-            if (!kSplitRel) d = delta_g[r];
+            d = delta_g[r];
           }
           s_lse[s * kBlockM + r] = l;
-          if (!kSplitRel) s_delta[s * kBlockM + r] = d;
+          s_delta[s * kBlockM + r] = d;
         }
-        MbarArrive(full + s);  // release: this lane's LSE (/ Delta) stores
-      }
-    } else if (kSplitRel && warp == 3) {  // dO ring: dO tiles and Delta rows
-      for (int it = 0; it < items; ++it) {
-        const int s = it % kDoStages;
-        MbarWait(do_empty + s, ((it / kDoStages) & 1) ^ 1);
-        const int h = hk * group + it / per_head;
-        const int64_t m_begin = int64_t{m_block_min + it % per_head} * kBlockM;
-        if (lane == 0) {
-          MbarArriveExpectTx(do_full + s, Cfg::kQElems * 2);
-#pragma unroll
-          for (int pn = 0; pn < kPanels; ++pn)
-            TmaLoad4d(s_do_base + s * Cfg::kQElems + pn * kBlockM * 64, &maps.dout, do_full + s,
-                      pn * 64, h, static_cast<int>(m_begin), b);
-        }
-        const float* delta_g =
-            p.delta + b * p.delta_batch_stride + h * p.delta_head_stride + m_begin;
-#pragma unroll
-        for (int r = lane; r < kBlockM; r += 32)
-          s_delta[s * kBlockM + r] = m_begin + r < p.m ? delta_g[r] : 0.f;
-        MbarArrive(do_full + s);  // release: this lane's Delta stores
+        MbarArrive(full + s);  // release: this lane's LSE / Delta stores
       }
     } else if (warp <= 2) {  // dQ writer of consumer warpgroup w: staged tile -> dq (TMA add)
       const int w = warp - 1;
@@ -305,16 +258,14 @@ __global__ void __launch_bounds__(384, 1)
   if ((kIndep || kDefer) && cw == 1 && offset) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
   for (int item = 0; item < items; ++item) {
-    const int s = item % kQStages;
-    const int sd = kSplitRel ? item % kDoStages : s;  // the dO stage
+    const int s = item % kStages;
     const int64_t m_begin = int64_t{m_block_min + item % per_head} * kBlockM;
     const T* s_q = s_q_base + s * Cfg::kQElems;
-    const T* s_do = s_do_base + sd * Cfg::kQElems;
+    const T* s_do = s_do_base + s * Cfg::kQElems;
     T* s_ds = s_ds_base + (kIndep ? 0 : (kDefer ? item % 3 : item & 1) * Cfg::kDsElems);
     const float* s_lse_cur = s_lse + s * kBlockM;
-    const float* s_delta_cur = s_delta + sd * kBlockM;
-    MbarWait(full + s, (item / kQStages) & 1);
-    if (kSplitRel) MbarWait(do_full + sd, (item / kDoStages) & 1);
+    const float* s_delta_cur = s_delta + s * kBlockM;
+    MbarWait(full + s, (item / kStages) & 1);
     // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, as two commit groups.
     float st[kNS], dpt[kNS];
     WgmmaFence();
@@ -451,8 +402,6 @@ __global__ void __launch_bounds__(384, 1)
     if (kDefer) {  // dS^T of dq_item read by this warp's dQ wgmmas (one arrival per warp)
       __syncwarp();
       MbarArriveIf(ds_empty + (item + 2) % 3, item > 0 && lane == 0);
-      // kSplitRel: dO (dP^T, dV) and Delta (dS) are no longer read: the stage may be refilled.
-      if (kSplitRel) MbarArriveIf(do_empty + sd, lane == 0);
     }
 
     // Stage dQ * scale once the writer has read this warpgroup's previous tile.
@@ -473,7 +422,7 @@ __global__ void __launch_bounds__(384, 1)
     WgmmaWait<0>();
     FenceRegs<kNA>(acc_dk);
     FenceRegs<kBlockM / 4>(&ads[0][0]);
-    if (lane == 0) MbarArrive(empty + s);  // every read of this stage (Q, LSE; dO, Delta) done
+    if (lane == 0) MbarArrive(empty + s);  // every read of this stage (Q, dO, LSE, Delta) done
   }
   if constexpr (kDefer) {  // the last item's dQ
     const int dq_item = items - 1;
@@ -546,10 +495,9 @@ inline bool EncodeDqTensorMap(CUtensorMap* map, float* ptr, int d, int heads, in
 
 // Queues the pipe backward; mode 1: column-split dQ, 2: independent warpgroups, 3: independent
 // with the start offset, 4: column split with each item's dQ deferred to the next item, with the
-// start offset, 5: as 4 without the start offset, 8: as 4 with Q and dO released separately
-// (modes 1, 4, 5 and 8 need head dim 128; head dim 64 runs 2 for 1 and 3 for 4, 5 and 8).
-// Returns cudaErrorNotSupported, with nothing queued, when TMA cannot describe the tensors (the
-// caller then runs another kernel).
+// start offset, 5: as 4 without the start offset (modes 1, 4 and 5 need head dim 128; head dim
+// 64 runs 2 for 1 and 3 for 4 and 5). Returns cudaErrorNotSupported, with nothing queued, when
+// TMA cannot describe the tensors (the caller then runs another kernel).
 template <typename T, int kD>
 cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream) {
   using Indep = BwdPipeTraits<kD, BwdPipeVariant::kIndep>;
@@ -580,15 +528,11 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream)
   if constexpr (kD == 128) {
     using Split = BwdPipeTraits<kD, BwdPipeVariant::kSplit>;
     using Defer = BwdPipeTraits<kD, BwdPipeVariant::kDefer>;
-    using DeferSplit = BwdPipeTraits<kD, BwdPipeVariant::kDeferSplit>;
     if (mode == 1)
       return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kSplit>, Split::kSmemBytes, 0);
     if (mode == 4 || mode == 5)
       return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kDefer>, Defer::kSmemBytes,
                     mode == 4 ? 1 : 0);
-    if (mode == 8)
-      return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kDeferSplit>,
-                    DeferSplit::kSmemBytes, 1);
   }
   return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kIndep>, Indep::kSmemBytes,
                 mode >= 3 ? 1 : 0);

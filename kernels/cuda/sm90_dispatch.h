@@ -71,23 +71,23 @@ inline bool UseSm90WsBackward() {
 // consumer warpgroups (head dim 128; 64 runs 2), 2 independent warpgroups (each its own keys' dQ
 // partial), 3 as 2 with warpgroup 1 started late (softmax phases of the two interleave), 4 as 1
 // with each item's dQ deferred to the next item and warpgroup 1 started late (head dim 128; 64
-// runs 3), 5 as 4 with both warpgroups started together (head dim 128; 64 runs 3), 8 as 4 with
-// Q and dO in separate rings released separately (dO after dV, Q after dK; 3 Q stages; head dim
-// 128; 64 runs 3). 6 and 7 are retired (session 11: slower) and run the defaults.
+// runs 3), 5 as 4 with both warpgroups started together (head dim 128; 64 runs 3).
 // Defaults per head dim, from the H200 runs of session 11 (bf16, 16K causal, TFLOP/s; all modes
 // passed cuda_backend_test and the 16 SDPA cases): head dim 128 mode 4 (482 / 460 in two runs vs
 // 429 / 439 for mode 1, 436 for 5; earlier run: 440 for 1, 395 / 416 for 2 / 3, 354 for 0), head
-// dim 64 mode 3 (321 vs 294 for 1 = 2, 246 for 0).
+// dim 64 mode 3 (321 vs 294 for 1 = 2, 246 for 0). Measured slower and removed: 6 / 7 (dQ under
+// the dS phase), 8 (mode 4 with Q and dO released separately, 3 Q stages: 462 vs 470 for 4, mean
+// of six runs each, docs/kernels-cuda.md "Seventh pass"); those values run the defaults.
 inline constexpr int kSm90BwdPipeDefaultHdim128 = 4;
 inline constexpr int kSm90BwdPipeDefaultHdim64 = 3;
 
-// The pipe mode for `head_dim` (0..5, 8 as above; the pipe kernel runs where TMA can describe
-// the tensors): DFA_CUDA_BWD_PIPE=0..5 or 8 forces one for every head dim, unset (or another
-// value) gives the defaults above. DFA_CUDA_BWD_WS=0 (the cp.async kernel) takes precedence.
+// The pipe mode for `head_dim` (0..5 as above; the pipe kernel runs where TMA can describe the
+// tensors): DFA_CUDA_BWD_PIPE=0..5 forces one for every head dim, unset (or another value) gives
+// the defaults above. DFA_CUDA_BWD_WS=0 (the cp.async kernel) takes precedence.
 inline int Sm90BwdPipeMode(int head_dim) {
   static const int forced = [] {
     const char* e = std::getenv("DFA_CUDA_BWD_PIPE");
-    if (e == nullptr || ((e[0] < '0' || e[0] > '5') && e[0] != '8') || e[1] != '\0') return -1;
+    if (e == nullptr || e[0] < '0' || e[0] > '5' || e[1] != '\0') return -1;
     return e[0] - '0';
   }();
   if (forced >= 0) return forced;

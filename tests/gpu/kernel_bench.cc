@@ -6,7 +6,7 @@
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
 // Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
 // -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, and with the kernel-variant switches
-// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5 / -pipe8, -nopipe; see Main).
+// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5, -nopipe; see Main).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -69,7 +69,7 @@ int Main(int argc, char** argv) {
   // Kernel-variant switches of the Hopper forward (kernels/cuda/sm90_dispatch.h) tag the rows:
   // DFA_CUDA_FWD_WS=0 -cpasync (cp.async kernel instead of the TMA warp-specialised one),
   // DFA_CUDA_FWD_PINGPONG=0 -nopingpong; of the backward: DFA_CUDA_BWD_WS=0 -bwdcpasync / =1 -bwdtma
-  // (cp.async or TMA kernel), DFA_CUDA_BWD_PIPE=1..5, 8 -pipeN / =0 -nopipe (the TMA kernel's dQ
+  // (cp.async or TMA kernel), DFA_CUDA_BWD_PIPE=1..5 -pipe1..5 / =0 -nopipe (the TMA kernel's dQ
   // by writer warps in the given mode, or by atomics; unset: the default mode per head dim).
   std::string tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync" : "";
   for (const auto& [var, name] : {std::pair<const char*, const char*>{"DFA_CUDA_FWD_WS", "-cpasync"},
@@ -80,7 +80,7 @@ int Main(int argc, char** argv) {
     if (e != nullptr && e[0] == '0') tag += name;
   }
   if (const char* e = std::getenv("DFA_CUDA_BWD_WS"); e != nullptr && e[0] == '1') tag += "-bwdtma";
-  if (const char* e = std::getenv("DFA_CUDA_BWD_PIPE"); e != nullptr && ((e[0] >= '1' && e[0] <= '5') || e[0] == '8')) {
+  if (const char* e = std::getenv("DFA_CUDA_BWD_PIPE"); e != nullptr && e[0] >= '1' && e[0] <= '5') {
     tag += std::string("-pipe") + e[0];
   }
   const char* kernel_tag = tag.c_str();
