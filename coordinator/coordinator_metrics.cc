@@ -42,6 +42,13 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   return *kBuckets;
 }
 
+// Control-plane time per job: 0.1 ms (a warm loopback round trip) to 1 s.
+const prometheus::Histogram::BucketBoundaries& OverheadBuckets() {
+  static const auto* const kBuckets = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.03, 0.1, 0.3, 1};
+  return *kBuckets;
+}
+
 // Opens and closes one TCP connection to 127.0.0.1:port (errors ignored).
 void Poke(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -83,6 +90,10 @@ CoordinatorMetrics::CoordinatorMetrics()
                    .Name("dfa_coordinator_job_latency_seconds")
                    .Help("Job latency from submission to its final state")
                    .Register(*registry_)),
+      overhead_(prometheus::BuildHistogram()
+                    .Name("dfa_coordinator_job_overhead_seconds")
+                    .Help("Running job's wall time outside its slowest worker (control plane)")
+                    .Register(*registry_)),
       jobs_(prometheus::BuildCounter()
                 .Name("dfa_coordinator_jobs_total")
                 .Help("Finished jobs by kind and final state")
@@ -119,6 +130,7 @@ CoordinatorMetrics::CoordinatorMetrics()
   for (v1::JobKind kind : {v1::JOB_FORWARD, v1::JOB_BACKWARD}) {
     const std::string k = JobKindLabel(kind);
     latency_.Add({{"kind", k}}, LatencyBuckets());
+    overhead_.Add({{"kind", k}}, OverheadBuckets());
     flops_.Add({{"kind", k}});
     for (v1::JobState state : {v1::JOB_SUCCEEDED, v1::JOB_FAILED, v1::JOB_CANCELLED}) {
       jobs_.Add({{"kind", k}, {"state", JobStateLabel(state)}});
@@ -163,6 +175,10 @@ void CoordinatorMetrics::JobFinished(v1::JobKind kind, v1::JobState state, doubl
   latency_.Add({{"kind", k}}, LatencyBuckets()).Observe(latency_seconds);
   jobs_.Add({{"kind", k}, {"state", JobStateLabel(state)}}).Increment();
   if (state == v1::JOB_SUCCEEDED) flops_.Add({{"kind", k}}).Increment(flops);
+}
+
+void CoordinatorMetrics::JobOverhead(v1::JobKind kind, double seconds) {
+  overhead_.Add({{"kind", JobKindLabel(kind)}}, OverheadBuckets()).Observe(seconds);
 }
 
 void CoordinatorMetrics::SetQueueDepth(int jobs) { queue_depth_.Set(jobs); }

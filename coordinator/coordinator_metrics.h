@@ -28,6 +28,9 @@ class CoordinatorMetrics {
   void StopServing();
 
   void JobFinished(v1::JobKind kind, v1::JobState state, double latency_seconds, double flops);
+  // A succeeded job's wall time (RunJob calls out to replies back) not spent inside its slowest
+  // worker: the control plane's share of the job (RPC legs, bookkeeping).
+  void JobOverhead(v1::JobKind kind, double seconds);
   void SetQueueDepth(int jobs);
   void SetSessions(int sessions);
   void SetMemoryReserved(int64_t bytes);
@@ -42,6 +45,7 @@ class CoordinatorMetrics {
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Family<prometheus::Histogram>& overhead_;
   prometheus::Family<prometheus::Counter>& jobs_;
   prometheus::Family<prometheus::Counter>& flops_;
   prometheus::Gauge& queue_depth_;

@@ -261,6 +261,13 @@ void JobManager::FinishLocked(Record& rec) {
   }
   if (was_running) {
     job.set_wall_seconds(absl::ToDoubleSeconds(now - rec.started));
+    if (rec.failure.ok()) {  // the control plane's share: wall less the slowest worker's time
+      double slowest = 0;
+      for (const v1::WorkerJobStats& w : rec.responses) {
+        slowest = std::max(slowest, w.busy_seconds() + w.idle_seconds());
+      }
+      metrics_->JobOverhead(job.kind(), std::max(0.0, job.wall_seconds() - slowest));
+    }
     if (TraceJobs()) {
       std::string ranks;
       for (size_t r = 0; r < rec.returned.size(); ++r) {

@@ -58,11 +58,23 @@ TEST_F(MetricsTest, ExposesTheContractNamesWithLiveValues) {
            "dfa_coordinator_jobs_total{kind=\"forward\",state=\"succeeded\"} 1",
            "dfa_coordinator_jobs_total{kind=\"backward\",state=\"failed\"} 0",
            "dfa_coordinator_job_latency_seconds_count{kind=\"forward\"} 1",
+           "dfa_coordinator_job_overhead_seconds_count{kind=\"forward\"} 1",
+           "dfa_coordinator_job_overhead_seconds_count{kind=\"backward\"} 0",
            "dfa_grpc_errors_total{code=\"NOT_FOUND\",component=\"coordinator\","
            "method=\"SubmitJob\"} 1",
        }) {
     EXPECT_TRUE(absl::StrContains(text, line)) << "missing: " << line << "\n" << text;
   }
+  // The control plane's share of the job is part of its latency (and not negative).
+  auto value = [&](const std::string& series) {
+    const size_t at = text.find(series + " ");
+    EXPECT_NE(at, std::string::npos) << series;
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 1));
+  };
+  const double overhead = value("dfa_coordinator_job_overhead_seconds_sum{kind=\"forward\"}");
+  const double latency = value("dfa_coordinator_job_latency_seconds_sum{kind=\"forward\"}");
+  EXPECT_GE(overhead, 0.0);
+  EXPECT_LE(overhead, latency);
   EXPECT_TRUE(absl::StrContains(text, "dfa_coordinator_memory_reserved_bytes"));
   EXPECT_TRUE(absl::StrContains(text, "dfa_coordinator_attention_flops_total{kind=\"forward\"}"));
 }
