@@ -21,13 +21,15 @@ bool MergeList(std::vector<Transfer>* list) {
   std::stable_sort(v.begin(), v.end(), [](const Transfer& a, const Transfer& b) {
     if (a.peer != b.peer) return a.peer < b.peer;
     if (a.tensor != b.tensor) return a.tensor < b.tensor;
+    if (a.lead != b.lead) return a.lead < b.lead;
     return a.rows.begin < b.rows.begin;
   });
   std::vector<Transfer> out;
   bool merged = false;
   for (const Transfer& x : v) {
     if (!out.empty() && Mergeable(x.tensor) && out.back().peer == x.peer &&
-        out.back().tensor == x.tensor && out.back().rows.end == x.rows.begin) {
+        out.back().tensor == x.tensor && out.back().lead == x.lead &&
+        out.back().rows.end == x.rows.begin) {
       out.back().rows.end = x.rows.end;
       merged = true;
     } else {

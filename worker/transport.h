@@ -52,15 +52,18 @@ class Transport {
       std::span<const TransportMessage> sends, std::span<const TransportMessage> recvs,
       void* ready_stream) = 0;
 
-  // Optional, GPU transports: records NOW, on `ready_stream`, the point the NEXT Post()'s
-  // messages wait for (instead of the stream's tail at Post time). Lets the executor queue a
-  // step's computes before paying the host cost of the next group's launch while that group
-  // still waits only for the work queued before the mark. Returns false (and records nothing)
-  // where posting later would not overlap (host transports: their computes block the caller).
+  // Optional, GPU transports: records NOW, on `ready_stream`, the point the following Post()s'
+  // messages wait for (instead of the stream's tail at Post time), until ClearReadyMark(). Lets
+  // the executor queue a step's computes before paying the host cost of the next groups'
+  // launch while those groups still wait only for the work queued before the mark. Returns
+  // false (and records nothing) where posting later would not overlap (host transports: their
+  // computes block the caller).
   virtual bool MarkReady(void* ready_stream) {
     (void)ready_stream;
     return false;
   }
+  // Back to waiting for the stream's tail at each Post().
+  virtual void ClearReadyMark() {}
 
   // Fails every pending and future group with CANCELLED (used to cancel a job). Thread-safe.
   virtual void Abort() = 0;

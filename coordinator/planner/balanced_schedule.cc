@@ -319,6 +319,19 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
       }
     }
     consider(std::move(base), striped);
+    // The same rings with each travelling piece posted as early as its sender has it
+    // (Transfer::lead): with >= 2 pieces per worker a piece gets two steps of compute to travel
+    // in, so the links' load spreads over twice the time (profile cpu: not yet run on GPUs).
+    if (!true_time && *std::min_element(pieces.begin(), pieces.end()) >= 2) {
+      auto led = [r, pieces](bool kvs) {
+        Plan plan = MakeStripedRingPlan(r, pieces, kvs, /*lead=*/1);
+        planner_internal::EqualizeSteps(plan);
+        if (!kvs) DeriveBackwardSteps(plan);
+        return plan;
+      };
+      consider(led(false), [led] { return led(false); });
+      consider(led(true), [led] { return led(true); });
+    }
     // The same ring with the K/V-stationary backward (query pieces travel, dQ partials return
     // home): fewer bytes per step than K/V + fp32 dK/dV, the backward's limit at large P.
     // With unequal speeds also with the ring visiting slow and fast workers alternately

@@ -13,6 +13,7 @@ struct Message {
   int from, to;
   double post_send, post_recv;
   int64_t bytes;
+  int target = 0;  // the step whose computes wait for it
 };
 
 PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<double>& speeds,
@@ -66,8 +67,9 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
   std::vector<double> out_free(P, 0), in_free(P, 0);
   // When the partials of the previous step are done on each worker (waited for before this step).
   std::vector<double> partials_done(P, 0);
-  // Runs `msgs` over the links in posting order; returns when each worker's share is done.
-  auto transmit = [&](std::vector<Message>& msgs) {
+  // Runs `msgs` over the links in posting order; returns when each worker's share is done, and
+  // (by_target) when each worker's messages for each step are.
+  auto transmit = [&](std::vector<Message>& msgs, std::vector<std::vector<double>>* by_target) {
     std::sort(msgs.begin(), msgs.end(), [](const Message& a, const Message& b) {
       return std::max(a.post_send, a.post_recv) < std::max(b.post_send, b.post_recv);
     });
@@ -83,33 +85,61 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
       }
       ready[m.from] = std::max(ready[m.from], done);
       ready[m.to] = std::max(ready[m.to], done);
+      if (by_target != nullptr) {
+        (*by_target)[m.target][m.from] = std::max((*by_target)[m.target][m.from], done);
+        (*by_target)[m.target][m.to] = std::max((*by_target)[m.target][m.to], done);
+      }
       cost.workers[m.from].bytes_sent += m.bytes;
       cost.workers[m.to].bytes_received += m.bytes;
     }
     return ready;
   };
+  // Non-partial sends by the step whose compute start posts them: bucket[p + 1] for post step
+  // p = t - 1 - lead (-1: at time 0). With every lead 0 that is step t's sends at step t - 1.
+  struct Posted {
+    int from;
+    const Transfer* x;
+    int target;
+  };
+  std::vector<std::vector<Posted>> bucket(steps + 1);
+  for (int w = 0; w < P; ++w) {
+    const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
+    for (size_t t = 0; t < pass.size(); ++t) {
+      for (const Transfer& x : pass[t].sends) {
+        if (IsPartial(x.tensor)) continue;
+        const int post = std::max(-1, static_cast<int>(t) - 1 - x.lead);
+        bucket[post + 1].push_back({w, &x, static_cast<int>(t)});
+      }
+    }
+  }
+  // arrive[t][w]: when worker w's non-partial messages for step t are done.
+  std::vector<std::vector<double>> arrive(steps, std::vector<double>(P, 0));
   for (size_t t = 0; t < steps; ++t) {
-    // When each worker posts step t's messages: non-partials at step t-1's compute start, partials
-    // (sends and recvs, one later group) at its end; step 0: at time 0. Partials of step t are
-    // waited for before step t+1, so they overlap step t's compute.
+    // Messages posted at step t-1's compute start (non-partials for step t, and for later steps
+    // by their lead); partials of step t (sends and recvs, one later group) at step t-1's end;
+    // step 0: at time 0. Partials of step t are waited for before step t+1, so they overlap
+    // step t's compute.
     std::vector<Message> early, late;
+    for (const Posted& m : bucket[t]) {
+      early.push_back({m.from, m.x->peer, t == 0 ? 0 : start_prev[m.from],
+                       t == 0 ? 0 : start_prev[m.x->peer],
+                       TransferBytes(p.shape, m.x->tensor, m.x->rows.size()), m.target});
+    }
     for (int w = 0; w < P; ++w) {
       const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
       if (t >= pass.size()) continue;
       for (const Transfer& x : pass[t].sends) {
+        if (!IsPartial(x.tensor)) continue;
         const int64_t bytes = TransferBytes(p.shape, x.tensor, x.rows.size());
-        if (IsPartial(x.tensor)) {
-          late.push_back({w, x.peer, t == 0 ? 0 : end_prev[w], t == 0 ? 0 : end_prev[x.peer], bytes});
-        } else {
-          early.push_back({w, x.peer, t == 0 ? 0 : start_prev[w], t == 0 ? 0 : start_prev[x.peer], bytes});
-        }
+        late.push_back({w, x.peer, t == 0 ? 0 : end_prev[w], t == 0 ? 0 : end_prev[x.peer], bytes,
+                        static_cast<int>(t)});
       }
     }
-    std::vector<double> ready = transmit(early);
-    const std::vector<double> late_done = transmit(late);
+    (void)transmit(early, &arrive);
+    const std::vector<double> late_done = transmit(late, nullptr);
     for (int w = 0; w < P; ++w) {
       WorkerCost& wc = cost.workers[w];
-      const double start = std::max({end_prev[w], ready[w], partials_done[w]});
+      const double start = std::max({end_prev[w], arrive[t][w], partials_done[w]});
       const double idle = start - end_prev[w];
       wc.idle_seconds += idle;
       wc.busy_seconds += compute[w][t];

@@ -18,7 +18,8 @@
 //                 dK/dV -> w's accumulators if kv owned, else the (kDkvPartial) buffer.
 //  3. sends[t] carry data available at the start of step t: owned Q/KV (and, backward, dO,
 //     LSE, D as kGradIn), buffers received in earlier steps (forwarding), or partial buffers
-//     completed by computes of earlier steps. A partial received by its owner (kOutPartial,
+//     completed by computes of earlier steps. (A non-partial transfer with lead L is posted at
+//     the start of step t-1-L: what it forwards must belong to a step <= t-1-L.) A partial received by its owner (kOutPartial,
 //     kDqPartial, kDkvPartial) is merged/added into the owner's accumulator on arrival.
 //  Every send in step t from w to p is matched by exactly one recv in step t on p from w with
 //  the same tensor and rows; all sends/recvs of a step are posted together (one NCCL group), so
@@ -63,6 +64,11 @@ struct Transfer {
   int peer = 0;
   PlanTensor tensor = PlanTensor::kKV;
   RowRange rows;
+  // Non-partial transfers only: posted `lead` steps earlier than the step before the one that
+  // needs it (at the start of step t - 1 - lead; -1 = before the pass), so it has lead + 1 steps
+  // of compute to travel in. Both sides carry the same lead. A forwarded buffer must have
+  // arrived by then: its own step <= t - 1 - lead. 0 = the default rule above.
+  int lead = 0;
   friend bool operator==(const Transfer&, const Transfer&) = default;
 };
 

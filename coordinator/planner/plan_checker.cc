@@ -113,17 +113,17 @@ absl::Status CheckCoverage(const Plan& plan, bool fwd) {
 absl::Status CheckMatching(const Plan& plan, bool fwd) {
   size_t steps = 0;
   for (const WorkerPlan& w : plan.workers) steps = std::max(steps, (fwd ? w.forward : w.backward).size());
-  using Key = std::tuple<int, int, int, int64_t, int64_t>;  // from, to, tensor, rows
+  using Key = std::tuple<int, int, int, int64_t, int64_t, int>;  // from, to, tensor, rows, lead
   for (size_t t = 0; t < steps; ++t) {
     std::vector<Key> sends, recvs;
     for (int w = 0; w < plan.num_workers(); ++w) {
       const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
       if (t >= pass.size()) continue;
       for (const Transfer& x : pass[t].sends) {
-        sends.emplace_back(w, x.peer, static_cast<int>(x.tensor), x.rows.begin, x.rows.end);
+        sends.emplace_back(w, x.peer, static_cast<int>(x.tensor), x.rows.begin, x.rows.end, x.lead);
       }
       for (const Transfer& x : pass[t].recvs) {
-        recvs.emplace_back(x.peer, w, static_cast<int>(x.tensor), x.rows.begin, x.rows.end);
+        recvs.emplace_back(x.peer, w, static_cast<int>(x.tensor), x.rows.begin, x.rows.end, x.lead);
       }
     }
     std::sort(sends.begin(), sends.end());
@@ -138,8 +138,8 @@ absl::Status CheckMatching(const Plan& plan, bool fwd) {
                   absl::StrCat(unmatched_send ? "send to " : "recv from ",
                                unmatched_send ? std::get<1>(k) : std::get<0>(k), " of ",
                                PlanTensorName(static_cast<PlanTensor>(std::get<2>(k))), " rows ",
-                               Rows({std::get<3>(k), std::get<4>(k)}),
-                               " has no matching ", unmatched_send ? "recv" : "send"));
+                               Rows({std::get<3>(k), std::get<4>(k)}), " (lead ", std::get<5>(k),
+                               ") has no matching ", unmatched_send ? "recv" : "send"));
     }
   }
   return absl::OkStatus();
@@ -149,6 +149,7 @@ struct Buffer {
   PlanTensor tensor;
   RowRange rows;
   int born = 0;      // receive step (partials: first compute step)
+  int posted = 0;    // received buffers: the step whose start posts the receive (-1: before)
   int last_use = 0;  // last step that reads it (partials: the send step)
   bool sent = false;
 };
@@ -184,6 +185,10 @@ absl::StatusOr<int64_t> CheckWorker(const Plan& plan, int w, bool fwd, const Att
         if (x.rows.size() <= 0 || x.rows.begin < 0 || x.rows.end > plan.seq_len) {
           return Fail(w, fwd, t, absl::StrCat("bad rows ", Rows(x.rows)));
         }
+        if (x.lead < 0 || x.lead > t || (x.lead > 0 && IsPartial(x.tensor))) {
+          return Fail(w, fwd, t, absl::StrCat("bad lead ", x.lead, " for ", PlanTensorName(x.tensor),
+                                              " (non-partials only, at most the step index)"));
+        }
       }
     }
     for (const Transfer& x : step.sends) {
@@ -200,10 +205,12 @@ absl::StatusOr<int64_t> CheckWorker(const Plan& plan, int w, bool fwd, const Att
         b->sent = true;
         b->last_use = t;
       } else if (!InsideOwned(me, x.rows)) {
-        Buffer* b = find(received, x.tensor, x.rows, t - 1, false);
+        // Posted at the start of step t-1-lead: what it forwards must have arrived by then.
+        Buffer* b = find(received, x.tensor, x.rows, t - 1 - x.lead, false);
         if (b == nullptr) {
           return Fail(w, fwd, t, absl::StrCat("sends ", PlanTensorName(x.tensor), " ", Rows(x.rows),
-                                              " which it neither owns nor received earlier"));
+                                              " which it neither owns nor received by step ",
+                                              t - 1 - x.lead, " (its post step, lead ", x.lead, ")"));
         }
         b->last_use = std::max(b->last_use, t);
       }
@@ -225,7 +232,7 @@ absl::StatusOr<int64_t> CheckWorker(const Plan& plan, int w, bool fwd, const Att
                                               " a second time in this pass"));
         }
       }
-      received.push_back(Buffer{x.tensor, x.rows, t, t, false});
+      received.push_back(Buffer{x.tensor, x.rows, t, t - 1 - x.lead, t, false});
     }
     for (const ComputeOp& c : step.computes) {
       if (c.q_rows.size() <= 0 || c.kv_rows.size() <= 0 || c.q_rows.begin < 0 ||
@@ -244,7 +251,7 @@ absl::StatusOr<int64_t> CheckWorker(const Plan& plan, int w, bool fwd, const Att
         if (!needs_partial) return absl::OkStatus();
         Buffer* p = find(partials, partial_kind, b->rows, t, true);
         if (p == nullptr) {
-          partials.push_back(Buffer{partial_kind, b->rows, t, t, false});
+          partials.push_back(Buffer{partial_kind, b->rows, t, t, t, false});
         } else if (p->sent) {
           return Fail(w, fwd, t, absl::StrCat("writes partial ", Rows(b->rows), " after sending it"));
         }
@@ -266,8 +273,8 @@ absl::StatusOr<int64_t> CheckWorker(const Plan& plan, int w, bool fwd, const Att
     int64_t live = 0;
     for (const auto* list : {&received, &partials}) {
       for (const Buffer& b : *list) {
-        // A received buffer is allocated when its receive is posted, one step early.
-        const int from = list == &received ? b.born - 1 : b.born;
+        // A received buffer is allocated when its receive is posted (lead + 1 steps early).
+        const int from = list == &received ? b.posted : b.born;
         if (from <= t && t <= b.last_use) live += TransferBytes(shape, b.tensor, b.rows.size());
       }
     }

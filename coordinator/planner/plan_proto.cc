@@ -26,12 +26,14 @@ void StepsToProto(const std::vector<PlanStep>& steps,
       t->set_peer(x.peer);
       t->set_tensor(static_cast<v1::PlanTensor>(x.tensor));
       RowsToProto(x.rows, t->mutable_rows());
+      t->set_lead(x.lead);
     }
     for (const Transfer& x : s.recvs) {
       v1::PlanTransfer* t = ps->add_recvs();
       t->set_peer(x.peer);
       t->set_tensor(static_cast<v1::PlanTensor>(x.tensor));
       RowsToProto(x.rows, t->mutable_rows());
+      t->set_lead(x.lead);
     }
     for (const ComputeOp& c : s.computes) {
       v1::PlanCompute* pc = ps->add_computes();
@@ -47,7 +49,8 @@ absl::StatusOr<Transfer> TransferFromProto(const v1::PlanTransfer& t, const std:
     return absl::InvalidArgumentError(absl::StrCat(field, ".tensor: unknown kind ", t.tensor()));
   }
   ASSIGN_OR_RETURN(RowRange rows, RowsFromProto(t.rows(), field + ".rows"));
-  return Transfer{t.peer(), static_cast<PlanTensor>(t.tensor()), rows};
+  if (t.lead() < 0) return absl::InvalidArgumentError(absl::StrCat(field, ".lead is negative"));
+  return Transfer{t.peer(), static_cast<PlanTensor>(t.tensor()), rows, t.lead()};
 }
 
 absl::StatusOr<std::vector<PlanStep>> StepsFromProto(

@@ -81,8 +81,12 @@ Plan MakeStripedRingPlan(const PlanRequest& request, const std::vector<int>& pie
 // computes it against its own K/V (dK/dV accumulate locally, no dK/dV partials), and returns
 // the piece's dQ partial to its owner in step t+1. Per piece pair ~64 KiB on the wire instead
 // of ~96 KiB (K/V + fp32 dK/dV), and no owner receives more than ~1 dQ partial per step.
+// `lead` > 0: each travelling piece (K/V forward; Q/dO/LSE/D of the K/V-stationary backward) is
+// posted up to `lead` steps early (Transfer::lead): as early as its sender has it (worker i's
+// predecessor meets a piece pieces[i] steps before i), so with >= 2 pieces per worker a piece
+// gets two steps of compute to travel in instead of one.
 Plan MakeStripedRingPlan(const PlanRequest& request, const std::vector<int>& pieces,
-                         bool kv_stationary_backward);
+                         bool kv_stationary_backward, int lead = 0);
 
 // The cut ring (cut_ring_schedule.cc): the striped ring's layout with ownership exactly
 // proportional to speed for any speeds, pieces of about F / (T * pieces_per_step) pairs

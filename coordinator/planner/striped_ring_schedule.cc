@@ -56,7 +56,7 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces) {
 }
 
 Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
-                         bool kv_stationary_backward) {
+                         bool kv_stationary_backward, int lead) {
   const int P = r.workers;
   const int64_t S = r.seq_len;
   Plan plan;
@@ -105,8 +105,13 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
     for (int t = 0; t < N; ++t) {
       const Piece& piece = all[((first[i] + n - 1 - t) % N + N) % N];
       if (piece.owner != i) {
+        // The predecessor meets this piece n steps earlier (owned, or received for that step):
+        // the transfer may be posted from then on.
+        const int early = std::min({lead, n - 1, t});
         for (const RowRange& kv : ranges(piece)) {
           AddForwardTransfer(plan, t, pred, i, PlanTensor::kKV, kv);
+          plan.workers[pred].forward[t].sends.back().lead = early;
+          plan.workers[i].forward[t].recvs.back().lead = early;
         }
       }
       for (const RowRange& q : plan.workers[i].owned) {
@@ -126,9 +131,9 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
   // piece pair on the links: grad_in 2 x (8 KiB + 128 B) plus one fp32 dQ partial, 32 KiB,
   // against K/V 32 KiB plus fp32 dK/dV 64 KiB for the derived backward.
   using planner_internal::StepAt;
-  auto transfer = [&](int t, int from, int to, PlanTensor tensor, RowRange rows) {
-    StepAt(plan.workers[from].backward, t).sends.push_back(Transfer{to, tensor, rows});
-    StepAt(plan.workers[to].backward, t).recvs.push_back(Transfer{from, tensor, rows});
+  auto transfer = [&](int t, int from, int to, PlanTensor tensor, RowRange rows, int early) {
+    StepAt(plan.workers[from].backward, t).sends.push_back(Transfer{to, tensor, rows, early});
+    StepAt(plan.workers[to].backward, t).recvs.push_back(Transfer{from, tensor, rows, early});
   };
   for (int i = 0; i < P; ++i) {
     const int n = std::max(1, pieces[i]);
@@ -136,7 +141,9 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
     for (int t = 0; t < N; ++t) {
       const Piece& piece = all[((first[i] + n - 1 - t) % N + N) % N];
       for (const RowRange& q : ranges(piece)) {
-        if (piece.owner != i) transfer(t, pred, i, PlanTensor::kGradIn, q);
+        if (piece.owner != i) {
+          transfer(t, pred, i, PlanTensor::kGradIn, q, std::min({lead, n - 1, t}));
+        }
         bool used = false;
         for (const RowRange& kv : plan.workers[i].owned) {
           if (VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), plan.mask()) > 0) {
@@ -144,7 +151,9 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
             used = true;
           }
         }
-        if (used && piece.owner != i) transfer(t + 1, i, piece.owner, PlanTensor::kDqPartial, q);
+        if (used && piece.owner != i) {
+          transfer(t + 1, i, piece.owner, PlanTensor::kDqPartial, q, 0);
+        }
       }
     }
   }

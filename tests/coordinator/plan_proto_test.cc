@@ -43,6 +43,45 @@ TEST(PlanProtoTest, RoundTripsEverySchedule) {
   }
 }
 
+// Transfer::lead travels (a striped ring whose pieces are posted a step early), and a bad one
+// is refused by CheckPlan: a piece forwarded before it arrived.
+TEST(PlanProtoTest, LeadRoundTripsAndForwardingTooEarlyIsRefused) {
+  PlanRequest r{"balanced", 3, 600, true, {1, 1, 1}};
+  Plan plan = MakeStripedRingPlan(r, {2, 2, 2}, /*kv_stationary_backward=*/true, /*lead=*/1);
+  ASSERT_TRUE(CheckPlan(plan).ok()) << CheckPlan(plan).status();
+  v1::Plan proto;
+  PlanToProto(plan, &proto);
+  auto back = PlanFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  int leads = 0;
+  for (size_t w = 0; w < plan.workers.size(); ++w) {
+    for (size_t t = 0; t < plan.workers[w].forward.size(); ++t) {
+      EXPECT_EQ(plan.workers[w].forward[t].recvs, back->workers[w].forward[t].recvs);
+      for (const Transfer& x : plan.workers[w].forward[t].recvs) leads += x.lead;
+    }
+  }
+  EXPECT_GT(leads, 0);
+  // One piece per worker: each forwarded piece arrives at its sender only in the step before,
+  // so posting it one step earlier forwards what is not there yet.
+  Plan bad = MakeStripedRingPlan(r, {1, 1, 1}, true, 0);
+  bool changed = false;
+  for (size_t t = 2; t < bad.workers[1].forward.size() && !changed; ++t) {
+    for (Transfer& x : bad.workers[1].forward[t].recvs) {
+      if (x.tensor != PlanTensor::kKV || OwnerOf(bad, x.rows.begin) == x.peer) continue;
+      x.lead = 1;  // the sender, worker 0, forwards a piece it receives at step t - 1
+      for (Transfer& y : bad.workers[0].forward[t].sends) {
+        if (y.peer == 1 && y.rows == x.rows) y.lead = 1;
+      }
+      changed = true;
+      break;
+    }
+  }
+  ASSERT_TRUE(changed);
+  const absl::Status st = CheckPlan(bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("post step"), absl::string_view::npos) << st;
+}
+
 TEST(PlanProtoTest, RejectsBadFieldsByName) {
   auto plan = MakePlan({"ring", 2, 100, true, {}});
   v1::Plan proto;

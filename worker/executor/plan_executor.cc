@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <memory>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "worker/executor/op_fusion.h"
@@ -78,10 +81,13 @@ class PassRunner {
   absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(PlanTensor t, const RowRange& rows);
   Buffer* FindReceived(PlanTensor t, const RowRange& rows);
   absl::StatusOr<Buffer*> Partial(PlanTensor t, const RowRange& rows, int step);
-  // The early group of step t: receive buffers allocated, sends packed (queued on the compute
-  // stream), then posted by LaunchEarly.
-  absl::Status PrepareEarly(int t);
-  absl::Status LaunchEarly(int t);
+  // The early group of step t's non-partial transfers with lead L (plan.h): receive buffers
+  // allocated, sends packed (queued on the compute stream), then posted by LaunchEarly at the
+  // start of step t-1-L.
+  absl::Status PrepareEarly(int t, int lead);
+  absl::Status LaunchEarly(int t, int lead);
+  // The (step, lead) groups the start of step `post` posts (-1: before the pass), step order.
+  std::vector<std::pair<int, int>> GroupsPostedAt(int post) const;
   absl::Status PostLate(int t);
   // Waits for step t's partial group and merges what it brought (one step after t's computes).
   absl::Status FinishLate(int t);
@@ -116,7 +122,9 @@ class PassRunner {
   void* stream_ = nullptr;
   std::vector<std::unique_ptr<Buffer>> received_;
   std::vector<std::unique_ptr<Buffer>> partials_;
-  std::vector<Group> early_, late_;
+  std::vector<std::map<int, Group>> early_;  // [step][lead]
+  std::vector<Group> late_;
+  std::vector<std::set<int>> leads_;  // [step]: leads of its non-partial transfers
   std::unique_ptr<DeviceBuffer> out_acc_;  // forward fp32 output accumulator (dtype != f32)
   TensorView out_view_;                    // fp32 [B, rows, Hq, D] accumulator view
   // Forward: local rows of the output accumulator (and LSE) that hold a partial already. The
@@ -185,12 +193,29 @@ std::vector<Transfer> Sorted(const std::vector<Transfer>& list) {
   return v;
 }
 
-absl::Status PassRunner::PrepareEarly(int t) {
+std::vector<std::pair<int, int>> PassRunner::GroupsPostedAt(int post) const {
+  std::vector<std::pair<int, int>> out;
+  for (int t = std::max(0, post + 1); t < static_cast<int>(leads_.size()); ++t) {
+    if (leads_[t].count(t - 1 - post)) out.push_back({t, t - 1 - post});
+  }
+  return out;
+}
+
+// The transfers of `list` with the given lead.
+std::vector<Transfer> WithLead(const std::vector<Transfer>& list, int lead) {
+  std::vector<Transfer> out;
+  for (const Transfer& x : list) {
+    if (x.lead == lead) out.push_back(x);
+  }
+  return out;
+}
+
+absl::Status PassRunner::PrepareEarly(int t, int lead) {
   const PlanStep& step = pass()[t];
-  Group& g = early_[t];
+  Group& g = early_[t][lead];
   std::vector<TransportMessage>& sends = g.sends;
   std::vector<TransportMessage>& recvs = g.recvs;
-  const std::vector<Transfer> rs = Sorted(step.recvs);
+  const std::vector<Transfer> rs = Sorted(WithLead(step.recvs, lead));
   for (size_t i = 0; i < rs.size();) {
     const Transfer& x = rs[i];
     if (IsPartial(x.tensor)) {  // received in the late group (PostLate)
@@ -225,7 +250,7 @@ absl::Status PassRunner::PrepareEarly(int t) {
     received_.push_back(std::move(b));
     i = j;
   }
-  for (const Transfer& x : Sorted(step.sends)) {
+  for (const Transfer& x : Sorted(WithLead(step.sends, lead))) {
     if (IsPartial(x.tensor)) continue;
     std::vector<Component> comps = Components(x.tensor, shape_);
     // Source components: owned storage, or a buffer received earlier (forwarding).
@@ -276,8 +301,8 @@ absl::Status PassRunner::PrepareEarly(int t) {
   return absl::OkStatus();
 }
 
-absl::Status PassRunner::LaunchEarly(int t) {
-  Group& g = early_[t];
+absl::Status PassRunner::LaunchEarly(int t, int lead) {
+  Group& g = early_[t][lead];
   if (g.sends.empty() && g.recvs.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(g.pending, transport_->Post(g.sends, g.recvs, stream_));
   return absl::OkStatus();
@@ -611,7 +636,22 @@ absl::StatusOr<PassStats> PassRunner::Run() {
   stream_ = opt_.compute_stream;
   const int T = static_cast<int>(pass().size());
   stats_.steps.assign(T, StepStats{});
+  early_.clear();
   early_.resize(T);
+  leads_.assign(T, {});
+  for (int t = 0; t < T; ++t) {
+    for (const auto* list : {&pass()[t].sends, &pass()[t].recvs}) {
+      for (const Transfer& x : *list) {
+        if (IsPartial(x.tensor)) continue;
+        if (x.lead < 0 || x.lead > t) {
+          return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", rank_,
+                                                         ": transfer lead ", x.lead,
+                                                         " outside [0, ", t, "]"));
+        }
+        leads_[t].insert(x.lead);
+      }
+    }
+  }
   late_.resize(T);
   const int64_t rows = st_->rows();
   // Accumulators.
@@ -636,8 +676,10 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     RETURN_IF_ERROR(backend_->ComputeDelta(st_->dout(), st_->o(), st_->delta(), stream_));
   }
   if (T > 0) {
-    RETURN_IF_ERROR(PrepareEarly(0));
-    RETURN_IF_ERROR(LaunchEarly(0));
+    for (const auto& [u, lead] : GroupsPostedAt(-1)) {  // step 0's, and steps u's with lead u
+      RETURN_IF_ERROR(PrepareEarly(u, lead));
+      RETURN_IF_ERROR(LaunchEarly(u, lead));
+    }
     RETURN_IF_ERROR(PostLate(0));
   }
   for (int t = 0; t < T; ++t) {
@@ -648,11 +690,12 @@ absl::StatusOr<PassStats> PassRunner::Run() {
       return absl::CancelledError(absl::StrCat("cancelled before step ", t));
     }
     double t0 = Now();
-    if (early_[t].pending != nullptr) {
-      absl::Status w = early_[t].pending->Wait(stream_, opt_.step_timeout);
+    for (auto& [lead, g] : early_[t]) {
+      if (g.pending == nullptr) continue;
+      absl::Status w = g.pending->Wait(stream_, opt_.step_timeout);
       if (!w.ok()) return absl::Status(w.code(), absl::StrCat("step ", t, ": ", w.message()));
     }
-    early_[t] = Group{};
+    early_[t].clear();
     // Step t-1's partials were posted after step t-2's computes and travelled during step
     // t-1's: waited for and merged only now (see the header).
     if (t >= 1) RETURN_IF_ERROR(FinishLate(t - 1));
@@ -661,16 +704,27 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     // Step t+1's early group travels during step t's computes. A GPU transport takes a mark
     // of what its sends wait for (the packing just queued), so the computes are queued first
     // and the group's host-side launch (~0.1-0.4 ms for NCCL) no longer delays them.
+    // Transfers with a lead (plan.h) for later steps are posted here too, in step order.
+    const std::vector<std::pair<int, int>> posted = GroupsPostedAt(t);
     bool launch_after = false;
-    if (t + 1 < T) {
-      RETURN_IF_ERROR(PrepareEarly(t + 1));
-      const Group& next = early_[t + 1];
-      launch_after = (!next.sends.empty() || !next.recvs.empty()) && transport_->MarkReady(stream_);
-      if (!launch_after) RETURN_IF_ERROR(LaunchEarly(t + 1));
+    if (!posted.empty()) {
+      bool any = false;
+      for (const auto& [u, lead] : posted) {
+        RETURN_IF_ERROR(PrepareEarly(u, lead));
+        const Group& g = early_[u][lead];
+        any = any || !g.sends.empty() || !g.recvs.empty();
+      }
+      launch_after = any && transport_->MarkReady(stream_);
+      if (!launch_after) {
+        for (const auto& [u, lead] : posted) RETURN_IF_ERROR(LaunchEarly(u, lead));
+      }
     }
     stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
     RETURN_IF_ERROR(ComputeStep(t));
-    if (launch_after) RETURN_IF_ERROR(LaunchEarly(t + 1));
+    if (launch_after) {
+      for (const auto& [u, lead] : posted) RETURN_IF_ERROR(LaunchEarly(u, lead));
+      transport_->ClearReadyMark();
+    }
     stats_.peak_scratch_bytes = std::max(stats_.peak_scratch_bytes, LiveBytes());
     if (t + 1 < T) RETURN_IF_ERROR(PostLate(t + 1));
     s.busy_seconds = Now() - t1;

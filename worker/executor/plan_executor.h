@@ -5,7 +5,9 @@
 // received earlier) are posted as one transport group (the "early" group) *before* step t
 // computes, and waited for before step t+1 computes. (GPU transports: the group's readiness is
 // marked on the stream before step t's computes, which are queued first; the group's launch
-// follows them on the host but not on the device — Transport::MarkReady.) Step t+1's partials (kOutPartial,
+// follows them on the host but not on the device — Transport::MarkReady.) A transfer with a
+// lead L (plan.h) is posted L steps earlier still, in its own group: every worker posts, at the
+// start of step p, the groups (step u, lead u-1-p) for u = p+1, p+2, ... in that order. Step t+1's partials (kOutPartial,
 // kDqPartial, kDkvPartial), sends and receives both, are posted as a second ("late") group right
 // after step t's computes are queued, and waited for (and merged into the accumulators) only at
 // the start of step t+2 (after the last step: at the end of the pass), so a partial travels

@@ -353,6 +353,11 @@ bool NcclTransport::MarkReady(void* ready_stream) {
   return premarked_;
 }
 
+void NcclTransport::ClearReadyMark() {
+  absl::MutexLock lock(&comm_mu_);
+  premarked_ = false;
+}
+
 absl::StatusOr<std::unique_ptr<PendingGroup>> NcclTransport::Post(
     std::span<const TransportMessage> sends, std::span<const TransportMessage> recvs,
     void* ready_stream) {
@@ -406,11 +411,10 @@ absl::StatusOr<std::unique_ptr<PendingGroup>> NcclTransport::Post(
     auto post = [&]() -> absl::Status {
       // Sends read data produced by work already queued on the compute stream; receives may
       // overwrite buffers that queued computes still read. Both wait for it.
-      if (!premarked_) {
+      if (!premarked_) {  // else MarkReady recorded it (kept until ClearReadyMark)
         CUDA_RETURN_IF_ERROR(
             cudaEventRecord(ready_event_, static_cast<cudaStream_t>(ready_stream)));
       }
-      premarked_ = false;
       for (int l = 0; l < kLanes; ++l) {
         if (!used[l]) continue;
         cudaStream_t stream = comm_streams_[l];

@@ -89,6 +89,7 @@ class NcclTransport : public Transport {
   // Messages: `peer` in [0, size) and != rank; `data` a device pointer on this rank's device
   // (or nullptr with bytes == 0). `ready_stream` is a cudaStream_t (nullptr: legacy default).
   bool MarkReady(void* ready_stream) override;
+  void ClearReadyMark() override;
   absl::StatusOr<std::unique_ptr<PendingGroup>> Post(std::span<const TransportMessage> sends,
                                                      std::span<const TransportMessage> recvs,
                                                      void* ready_stream) override;
@@ -151,7 +152,7 @@ class NcclTransport : public Transport {
   int lanes_ = kLanes;
   CUstream_st* comm_streams_[kLanes] = {nullptr, nullptr};
   CUevent_st* ready_event_ = nullptr;  // re-recorded by every Post (under comm_mu_)
-  // MarkReady recorded ready_event_ for the next Post.
+  // MarkReady recorded ready_event_ for the Posts until ClearReadyMark.
   bool premarked_ ABSL_GUARDED_BY(comm_mu_) = false;
 
   std::atomic<int64_t> bytes_sent_{0};

@@ -83,6 +83,27 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
     plan = MakeTiledPlan(req, options);
     planner_internal::EqualizeSteps(*plan);
     DeriveBackwardSteps(*plan);
+  } else if (schedule == "striped_lead") {
+    // Pieces posted a step early (Transfer::lead): 2-4 pieces per worker, unequal speeds; the
+    // K/V-stationary backward (grad_in posted early too) for even P, the derived one otherwise.
+    req.schedule = "balanced";
+    std::vector<int> pieces;
+    for (int w = 0; w < P; ++w) {
+      req.speeds.push_back(1.0 + 0.5 * (w % 3));
+      pieces.push_back(2 + w % 3);
+    }
+    plan = MakeStripedRingPlan(req, pieces, /*kv_stationary_backward=*/P % 2 == 0, /*lead=*/1);
+    planner_internal::EqualizeSteps(*plan);
+    if (P % 2 != 0) DeriveBackwardSteps(*plan);
+    if (P > 1) {
+      int leads = 0;
+      for (const WorkerPlan& w : plan->workers) {
+        for (const PlanStep& s : w.forward) {
+          for (const Transfer& x : s.recvs) leads += x.lead;
+        }
+      }
+      EXPECT_GT(leads, 0) << "no transfer was posted early";
+    }
   } else if (schedule == "ring_kvs") {
     // K/V-stationary backwards (query pieces travel, dQ partials home, dK/dV stay): the cut ring
     // (steps cut by work, tiny pieces) for even P, the striped ring with 1-3 pieces otherwise.
@@ -158,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllSchedules, SimulationTest,
     ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced", "striped",
                                          "striped_bb", "tiled", "tiled_pf", "balanced_gpu",
-                                         "ring_kvs"),
+                                         "ring_kvs", "striped_lead"),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +
