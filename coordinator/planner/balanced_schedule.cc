@@ -337,6 +337,24 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     // With unequal speeds also with the ring visiting slow and fast workers alternately
     // (InterleavedRingOrder): fewer dQ partials into one fast owner in the same step.
     for (const std::vector<int>& order : ring_orders) {
+      // The K/V-stationary ring in this order, its travelling pieces posted `lead` steps early.
+      auto kvs_led = [r, pieces, order, speeds](int lead) {
+        PlanRequest slots = r;
+        std::vector<int> slot_pieces = pieces;
+        if (!order.empty()) {
+          for (int k = 0; k < r.workers; ++k) {
+            slots.speeds[k] = speeds[order[k]];
+            slot_pieces[k] = pieces[order[k]];
+          }
+        }
+        Plan plan = MakeStripedRingPlan(slots, slot_pieces, /*kv_stationary_backward=*/true, lead);
+        planner_internal::EqualizeSteps(plan);
+        if (!order.empty()) planner_internal::PermuteWorkers(plan, order);
+        return plan;
+      };
+      if (!true_time && !order.empty() && *std::min_element(pieces.begin(), pieces.end()) >= 2) {
+        consider(kvs_led(1), [kvs_led] { return kvs_led(1); });
+      }
       auto kvs = [r, pieces, order, speeds] {
         PlanRequest slots = r;
         std::vector<int> slot_pieces = pieces;
