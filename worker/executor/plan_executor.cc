@@ -634,6 +634,7 @@ absl::StatusOr<PassStats> PassRunner::Run() {
   scale_ = opt_.softmax_scale > 0 ? opt_.softmax_scale
                                   : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
   stream_ = opt_.compute_stream;
+  transport_->ClearReadyMark();  // nothing an earlier (failed) pass marked applies to this one
   const int T = static_cast<int>(pass().size());
   stats_.steps.assign(T, StepStats{});
   early_.clear();
