@@ -33,22 +33,6 @@ using planner_internal::StepAt;
 
 namespace {
 
-// Cuts of [0, total) proportional to `weights`, each part >= 1 (total >= weights.size()).
-std::vector<int64_t> CutsAtLeastOne(int64_t total, const std::vector<double>& weights) {
-  const size_t n = weights.size();
-  double sum = 0;
-  for (double w : weights) sum += w;
-  std::vector<int64_t> b(n + 1, 0);
-  double cum = 0;
-  for (size_t i = 0; i + 1 < n; ++i) {
-    cum += weights[i];
-    const int64_t hi = total - static_cast<int64_t>(n - 1 - i);
-    b[i + 1] = std::clamp<int64_t>(std::llround(total * cum / sum), b[i] + 1, hi);
-  }
-  b[n] = total;
-  return b;
-}
-
 // The row r in [q.begin, q.end] where the pairs of [q.begin, r) x kv are nearest to `need`.
 int64_t CutRowNear(const RowRange& q, const RowRange& kv, MaskKind mask, double need) {
   auto pairs = [&](int64_t r) {
@@ -166,8 +150,8 @@ Plan MakeCutRingPlan(const PlanRequest& r, const CutRingOptions& o) {
   plan.workers.resize(P);
   std::vector<double> speeds = r.speeds;
   if (speeds.empty()) speeds.assign(P, 1.0);
-  const std::vector<int64_t> fc = CutsAtLeastOne(F, speeds);
-  const std::vector<int64_t> bc = CutsAtLeastOne(B, speeds);
+  const std::vector<int64_t> fc = planner_internal::ProportionalCuts(F, speeds, 1);
+  const std::vector<int64_t> bc = planner_internal::ProportionalCuts(B, speeds, 1);
   int64_t x_min = F;
   for (int i = 0; i < P; ++i) {
     plan.workers[i].owned = {RowRange{fc[i], fc[i + 1]}, RowRange{S - bc[i + 1], S - bc[i]}};

@@ -34,6 +34,11 @@ void PermuteWorkers(Plan& plan, const std::vector<int>& worker_of_slot);
 // backward). Returns worker_of_slot for PermuteWorkers.
 std::vector<int> InterleavedRingOrder(const std::vector<double>& speeds);
 
+// Cuts of [0, total) into parts proportional to `weights`: boundaries b[0] = 0 .. b[n] = total,
+// each part >= `min_part` where total allows (0: parts may be empty).
+std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& weights,
+                                      int64_t min_part);
+
 // Pads every worker's forward pass to the same number of steps (empty steps are free).
 void EqualizeSteps(Plan& plan);
 

@@ -91,6 +91,23 @@ std::vector<int> InterleavedRingOrder(const std::vector<double>& speeds) {
   return order;
 }
 
+std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& weights,
+                                      int64_t min_part) {
+  const size_t n = weights.size();
+  double sum = 0;
+  for (double w : weights) sum += w;
+  std::vector<int64_t> b(n + 1, 0);
+  double cum = 0;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    cum += weights[i];
+    const int64_t lo = b[i] + min_part;
+    const int64_t hi = total - static_cast<int64_t>(n - 1 - i) * min_part;
+    b[i + 1] = std::clamp<int64_t>(std::llround(total * cum / sum), std::min(lo, hi), hi);
+  }
+  b[n] = total;
+  return b;
+}
+
 void EqualizeSteps(Plan& plan) {
   size_t n = 0;
   for (const WorkerPlan& w : plan.workers) n = std::max(n, w.forward.size());

@@ -32,24 +32,6 @@ namespace dfa {
 using planner_internal::AddForwardCompute;
 using planner_internal::AddForwardTransfer;
 
-namespace {
-
-// Boundaries of `n` parts of `total` rows with sizes proportional to `weights` (each >= 1 row
-// when total >= n... callers guarantee total >= number of parts or accept empty parts).
-std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& weights) {
-  double sum = 0;
-  for (double w : weights) sum += w;
-  std::vector<int64_t> b(weights.size() + 1, 0);
-  double cum = 0;
-  for (size_t i = 0; i + 1 < weights.size(); ++i) {
-    cum += weights[i];
-    b[i + 1] = std::clamp<int64_t>(std::llround(total * cum / sum), b[i], total);
-  }
-  b[weights.size()] = total;
-  return b;
-}
-
-}  // namespace
 
 Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces) {
   return MakeStripedRingPlan(r, pieces, /*kv_stationary_backward=*/false);
@@ -69,8 +51,8 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
   // Front half [0, F) in pair order; back half [F, S) in reverse pair order (one row more when
   // S is odd: the middle row belongs to the back range of the last worker).
   const int64_t F = S / 2, B = S - F;
-  const std::vector<int64_t> fc = ProportionalCuts(F, speeds);
-  const std::vector<int64_t> bc = ProportionalCuts(B, speeds);
+  const std::vector<int64_t> fc = planner_internal::ProportionalCuts(F, speeds, 0);
+  const std::vector<int64_t> bc = planner_internal::ProportionalCuts(B, speeds, 0);
   // A piece: a front range and its mirror back range (either may be empty for tiny S).
   struct Piece {
     int owner;

@@ -48,22 +48,6 @@ using planner_internal::AddForwardTransfer;
 
 namespace {
 
-// Cuts of [0, total) into parts proportional to `weights`, each >= `min_part` when possible.
-std::vector<int64_t> Cuts(int64_t total, const std::vector<double>& weights, int64_t min_part) {
-  const size_t n = weights.size();
-  double sum = 0;
-  for (double w : weights) sum += w;
-  std::vector<int64_t> b(n + 1, 0);
-  double cum = 0;
-  for (size_t i = 0; i + 1 < n; ++i) {
-    cum += weights[i];
-    const int64_t lo = b[i] + min_part;
-    const int64_t hi = total - static_cast<int64_t>(n - 1 - i) * min_part;
-    b[i + 1] = std::clamp<int64_t>(std::llround(total * cum / sum), std::min(lo, hi), hi);
-  }
-  b[n] = total;
-  return b;
-}
 
 struct PairRange {
   int64_t begin = 0, end = 0;
@@ -164,7 +148,7 @@ Plan BuildTiledPlan(const PlanRequest& r, const TiledOptions& o, const std::vect
     v.push_back(RowRange{S - back(pr.end), S - back(pr.begin)});
     return v;
   };
-  const std::vector<int64_t> oc = Cuts(F, speeds, 1);  // owned pair ranges
+  const std::vector<int64_t> oc = planner_internal::ProportionalCuts(F, speeds, 1);  // owned pair ranges
   for (int w = 0; w < P; ++w) plan.workers[w].owned = rows_of({oc[w], oc[w + 1]});
   auto owner_of_pair = [&](int64_t p) {
     return static_cast<int>(std::upper_bound(oc.begin(), oc.end(), p) - oc.begin()) - 1;
@@ -215,7 +199,7 @@ Plan BuildTiledPlan(const PlanRequest& r, const TiledOptions& o, const std::vect
     // The rest of the key axis as a virtual line [0, L): v < qg.begin is pair v, else v + |Q_g|.
     const int64_t L = F - qg.size();
     std::vector<double> member_speeds(speeds.begin() + g0, speeds.begin() + g1);
-    const std::vector<int64_t> vc = Cuts(L, member_speeds, 0);
+    const std::vector<int64_t> vc = planner_internal::ProportionalCuts(L, member_speeds, 0);
     // Staggered start: group g's shares begin g/G of a share later, so that at each step the
     // members of different groups ask different owners.
     const int64_t rot = L > 0 ? static_cast<int64_t>(std::llround(double(L) / m * g / G)) % L : 0;
