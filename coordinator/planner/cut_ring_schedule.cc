@@ -33,23 +33,6 @@ using planner_internal::StepAt;
 
 namespace {
 
-// The row r in [q.begin, q.end] where the pairs of [q.begin, r) x kv are nearest to `need`.
-int64_t CutRowNear(const RowRange& q, const RowRange& kv, MaskKind mask, double need) {
-  auto pairs = [&](int64_t r) {
-    return static_cast<double>(VisiblePairs(q.begin, r - q.begin, kv.begin, kv.size(), mask));
-  };
-  int64_t lo = q.begin, hi = q.end;  // smallest r with pairs(r) >= need
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (pairs(mid) >= need)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  if (lo > q.begin && need - pairs(lo - 1) < pairs(lo) - need) --lo;
-  return lo;
-}
-
 // One range of a piece as it travels: its global index, owner and rows.
 struct Range {
   int owner = 0;
@@ -116,7 +99,7 @@ std::vector<Touch> CutList(const Plan& plan, int w, bool fwd, const std::vector<
       skip_full();
       int64_t cut = q.end;
       if (t + 1 < T && done + pairs_of(q, it.kv) > target[t] + 0.5) {
-        cut = CutRowNear(q, it.kv, mask, target[t] - done);
+        cut = planner_internal::CutRowNear(q, it.kv, mask, target[t] - done);
       }
       if (cut > q.begin) {
         const RowRange part{q.begin, cut};

@@ -39,6 +39,10 @@ std::vector<int> InterleavedRingOrder(const std::vector<double>& speeds);
 std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& weights,
                                       int64_t min_part);
 
+// The row r in [q.begin, q.end] where the visible pairs of [q.begin, r) x kv are nearest to
+// `need` (binary search; ties to the smaller r).
+int64_t CutRowNear(const RowRange& q, const RowRange& kv, MaskKind mask, double need);
+
 // Pads every worker's forward pass to the same number of steps (empty steps are free).
 void EqualizeSteps(Plan& plan);
 

@@ -108,6 +108,23 @@ std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& 
   return b;
 }
 
+int64_t CutRowNear(const RowRange& q, const RowRange& kv, MaskKind mask, double need) {
+  auto pairs = [&](int64_t r) {
+    return static_cast<double>(VisiblePairs(q.begin, r - q.begin, kv.begin, kv.size(), mask));
+  };
+  int64_t lo = q.begin, hi = q.end;  // smallest r with pairs(r) >= need
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (pairs(mid) >= need) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  if (lo > q.begin && need - pairs(lo - 1) < pairs(lo) - need) --lo;
+  return lo;
+}
+
 void EqualizeSteps(Plan& plan) {
   size_t n = 0;
   for (const WorkerPlan& w : plan.workers) n = std::max(n, w.forward.size());

@@ -60,20 +60,6 @@ struct Piece {
   std::vector<RowRange> rows;
 };
 
-// The row r in (q.begin, q.end) where the pairs of [q.begin, r) x kv are nearest to `need`.
-int64_t CutRowAt(const RowRange& q, const RowRange& kv, MaskKind mask, double need) {
-  auto pairs = [&](int64_t r) {
-    return static_cast<double>(VisiblePairs(q.begin, r - q.begin, kv.begin, kv.size(), mask));
-  };
-  int64_t lo = q.begin, hi = q.end;  // smallest r with pairs(r) >= need
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (pairs(mid) >= need) hi = mid; else lo = mid + 1;
-  }
-  if (lo > q.begin && need - pairs(lo - 1) < pairs(lo) - need) --lo;
-  return lo;
-}
-
 }  // namespace
 
 namespace {
@@ -292,7 +278,7 @@ Plan BuildTiledPlan(const PlanRequest& r, const TiledOptions& o, const std::vect
           const double target = rest * bounds[t];
           int64_t cut = q.end;
           if (t + 1 < static_cast<int>(bounds.size()) && done + pairs_of(q, kv) > target + 0.5) {
-            cut = CutRowAt(q, kv, mask, target - done);
+            cut = planner_internal::CutRowNear(q, kv, mask, target - done);
           }
           if (cut > q.begin) {
             const RowRange part{q.begin, cut};
