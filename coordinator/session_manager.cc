@@ -211,6 +211,21 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
     p->set_address(s.address);
     p->set_host(s.host);
     *p->mutable_owned() = info->plan.workers(s.rank).owned();
+    {
+      // The heads this shard holds (all unless the plan splits heads: schedule "heads").
+      const v1::WorkerPlan& wp = info->plan.workers(s.rank);
+      const int kv = info->spec.kv_heads();
+      const int group = kv > 0 ? info->spec.q_heads() / kv : 1;
+      int kb = 0, ke = kv;
+      if (wp.has_kv_heads() && wp.kv_heads().end() > wp.kv_heads().begin()) {
+        kb = wp.kv_heads().begin();
+        ke = wp.kv_heads().end();
+      }
+      p->mutable_kv_heads()->set_begin(kb);
+      p->mutable_kv_heads()->set_end(ke);
+      p->mutable_q_heads()->set_begin(kb * group);
+      p->mutable_q_heads()->set_end(ke * group);
+    }
     most = std::max(most, s.bytes);
   }
   *response.mutable_plan() = info->plan;

@@ -31,6 +31,16 @@
 //  no compute writes to it after that. Every visible (query, key) pair is computed exactly once
 //  per pass; CheckPlan (plan_checker.h) verifies all of this.
 //  A plan may end with steps that only communicate (e.g. the backward's last dK/dV partials).
+//
+// Head groups. A worker may hold only a range of the key/value heads (WorkerPlan::kv_heads,
+// with the query heads of those groups: q head h belongs to kv head h / (q_heads / kv_heads)).
+// Workers with the same head range form a head group: each group is a complete plan of its own
+// over its rows (owned ranges of the group partition [0, seq_len)), its transfers stay inside
+// the group, and the groups' head ranges partition [0, kv_heads). An empty range (the default)
+// means all heads: one group, the plans above. A worker's tensors, buffers and transfers hold
+// only its heads, so the executor runs its part with the local head counts
+// (LocalShape below). Schedule "heads" (planner.h) makes such plans (Ulysses-style head
+// parallelism; hybrid head groups x sequence plans when P > groups).
 #pragma once
 
 #include <cstdint>
@@ -84,8 +94,18 @@ struct PlanStep {
   std::vector<ComputeOp> computes;
 };
 
+// A half-open range [begin, end) of key/value heads; empty (0, 0) = all heads.
+struct HeadRange {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+  friend bool operator==(const HeadRange&, const HeadRange&) = default;
+};
+
 struct WorkerPlan {
   std::vector<RowRange> owned;  // this worker's shard, sorted by position
+  HeadRange kv_heads;           // the key/value heads it holds; empty = all (see "Head groups")
   std::vector<PlanStep> forward;
   std::vector<PlanStep> backward;
 };
@@ -98,6 +118,11 @@ struct AttentionShape {
   int head_dim = 128;
   DType dtype = DType::kBF16;
 };
+
+// The kv head range worker `w` holds, resolved: an empty WorkerPlan::kv_heads = [0, kv_heads).
+HeadRange WorkerKvHeads(const WorkerPlan& w, int kv_heads);
+// The per-token shape worker `w` holds: `full` with q_heads/kv_heads cut to its head range.
+AttentionShape LocalShape(const AttentionShape& full, const WorkerPlan& w);
 
 // Bytes one Transfer of `rows` rows moves (the executor's wire format, see
 // worker/executor/plan_executor.h): K/V at kv_heads, partials and statistics in fp32.

@@ -90,6 +90,10 @@ void PlanToProto(const Plan& plan, v1::Plan* out) {
     for (const RowRange& r : w.owned) RowsToProto(r, pw->add_owned());
     StepsToProto(w.forward, pw->mutable_forward_steps());
     StepsToProto(w.backward, pw->mutable_backward_steps());
+    if (!w.kv_heads.empty()) {
+      pw->mutable_kv_heads()->set_begin(w.kv_heads.begin);
+      pw->mutable_kv_heads()->set_end(w.kv_heads.end);
+    }
   }
 }
 
@@ -109,6 +113,14 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto) {
     }
     ASSIGN_OR_RETURN(wp.forward, StepsFromProto(pw.forward_steps(), f + ".forward_steps"));
     ASSIGN_OR_RETURN(wp.backward, StepsFromProto(pw.backward_steps(), f + ".backward_steps"));
+    if (pw.has_kv_heads() && pw.kv_heads().end() != 0) {
+      if (pw.kv_heads().begin() < 0 || pw.kv_heads().end() <= pw.kv_heads().begin()) {
+        return absl::InvalidArgumentError(absl::StrCat(f, ".kv_heads = [", pw.kv_heads().begin(),
+                                                       ", ", pw.kv_heads().end(),
+                                                       ") must be a non-empty range >= 0"));
+      }
+      wp.kv_heads = {pw.kv_heads().begin(), pw.kv_heads().end()};
+    }
     plan.workers.push_back(std::move(wp));
   }
   return plan;

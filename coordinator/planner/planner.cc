@@ -26,6 +26,19 @@ int64_t TransferBytes(const AttentionShape& s, PlanTensor tensor, int64_t rows) 
   return 0;
 }
 
+HeadRange WorkerKvHeads(const WorkerPlan& w, int kv_heads) {
+  return w.kv_heads.empty() ? HeadRange{0, kv_heads} : w.kv_heads;
+}
+
+AttentionShape LocalShape(const AttentionShape& full, const WorkerPlan& w) {
+  if (w.kv_heads.empty()) return full;
+  AttentionShape s = full;
+  const int group = full.kv_heads > 0 ? full.q_heads / full.kv_heads : 1;
+  s.kv_heads = w.kv_heads.size();
+  s.q_heads = w.kv_heads.size() * group;
+  return s;
+}
+
 const char* PlanTensorName(PlanTensor t) {
   switch (t) {
     case PlanTensor::kQ: return "q";
