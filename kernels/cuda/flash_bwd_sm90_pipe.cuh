@@ -22,8 +22,16 @@
 //   but each item's dQ is issued in the next item (after that item's dS^T), so a warpgroup never
 //   waits for the other one's dS^T of the same item: dS^T triple buffered, mbarriers ds_full /
 //   ds_empty per buffer (one arrival per consumer warp).
-//   `offset` (kIndep, kDefer): warpgroup 1 starts once warpgroup 0 has computed its first P^T,
-//   so their softmax phases fall on each other's GEMMs.
+//   `sched.start` (kIndep, kDefer): 1 = warpgroup 1 starts once warpgroup 0 has computed its
+//   first P^T, 2 = once warpgroup 0 has written its first dS^T, so their softmax phases fall on
+//   each other's GEMMs; 0 = both start together.
+// - Tile order (`sched.chunk`, causal only): the CTA of linear block id L runs the tile
+//   (key block, kv head x batch) at position L of a longest-first list: the kv heads (x batch)
+//   in chunks of `chunk`, inside a chunk key block 0 of every head first, then key block 1, ...
+//   (a causal CTA's work falls with its key block), so the last wave holds the short tiles; the
+//   hardware dispatches CTAs in linear block order. 0 = grid order (key blocks fastest). Chunks
+//   rather than one global list keep the Q / dO / dq rows of a few heads hot in L2 (H200, 16K
+//   causal: chunks of 4 heads as fast as grid order, one list of 32 heads 10% slower).
 // - Per item the GEMMs are issued as S^T, dP^T | dV | (barrier) dQ, dK: the consumer waits for
 //   dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's order).
 // Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool).
@@ -38,6 +46,7 @@
 #include "kernels/cuda/flash_bwd_sm90_ws.cuh"  // kBwdDsBarrier, EncodeRowTensorMap
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/sm90_common.cuh"
+#include "kernels/cuda/sm90_dispatch.h"
 #include "kernels/cuda/sm90_tma.cuh"
 
 namespace dfa::cuda {
@@ -45,6 +54,12 @@ namespace dfa::cuda {
 // The TMA descriptors of one pipe backward launch (kernel parameter, __grid_constant__).
 struct BwdPipeMaps {
   CUtensorMap q, k, v, dout, dq;
+};
+
+// Run-time scheduling switches of one pipe backward launch (see the file comment).
+struct BwdPipeSched {
+  int start = 0;  // 0 together, 1 warpgroup 1 after warpgroup 0's first P^T, 2 after its dS^T
+  int chunk = 0;  // causal tile order: 0 grid order, else longest-first in chunks of kv heads
 };
 
 // How the two consumer warpgroups share dQ (see the file comment): kSplit (mode 1), kIndep
@@ -83,7 +98,7 @@ struct BwdPipeTraits {
 };
 
 // Named barriers of the pipe kernel (1 = kBwdDsBarrier, both consumers, column split):
-// 2 + wg: one consumer warpgroup's dS^T written (kIndep); 4: warpgroup 1's start (offset).
+// 2 + wg: one consumer warpgroup's dS^T written (kIndep); 4: warpgroup 1's start (sched.start).
 constexpr int kBwdPipeOwnDsBarrier = 2, kBwdPipeStartBarrier = 4;
 
 // Byte offset of fp32 element (row, col) in a staging buffer of 32-column swizzled panels.
@@ -95,7 +110,7 @@ __device__ inline int DqStageOffset(int row, int col) {
 template <typename T, int kD, BwdPipeVariant kVariant>
 __global__ void __launch_bounds__(384, 1)
     FlashBwdSm90PipeKernel(const __grid_constant__ BwdParams p,
-                           const __grid_constant__ BwdPipeMaps maps, int offset) {
+                           const __grid_constant__ BwdPipeMaps maps, BwdPipeSched sched) {
 #ifdef DFA_WGMMA
   using Tr = ElemTraits<T>;
   using Cfg = BwdPipeTraits<kD, kVariant>;
@@ -122,7 +137,18 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* ds_full = dq_empty + 2;     // [3] (kDefer): both warpgroups' dS^T of an item written
   uint64_t* ds_empty = ds_full + 3;     // [3] (kDefer): both warpgroups' dQ of an item read it
 
-  const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  if (p.causal && sched.chunk > 0) {  // longest-first order (file comment)
+    const int nblk = gridDim.x, nhb = gridDim.y * gridDim.z;
+    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int c0 = lin / (sched.chunk * nblk) * sched.chunk;
+    const int csize = nhb - c0 < sched.chunk ? nhb - c0 : sched.chunk;
+    const int r = lin - c0 * nblk;
+    nb = r / csize;
+    const int hb = c0 + r % csize;
+    hk = hb % gridDim.y;
+    b = hb / gridDim.y;
+  }
   const int group = p.q_heads / p.kv_heads;
   const int tid = threadIdx.x;
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
@@ -138,6 +164,8 @@ __global__ void __launch_bounds__(384, 1)
   if (m_block_min >= m_blocks) return;  // nothing visible: dK, dV unchanged (whole CTA)
   const int per_head = m_blocks - m_block_min;
   const int items = group * per_head;
+  // First query row of item `it` (items: query heads of the group, then query blocks).
+  auto item_m_begin = [&](int it) { return int64_t{m_block_min + it % per_head} * kBlockM; };
 
   if (tid == 0) {
     MbarInit(kv_full, 1);
@@ -179,7 +207,7 @@ __global__ void __launch_bounds__(384, 1)
         const int s = it % kStages;
         MbarWait(empty + s, ((it / kStages) & 1) ^ 1);
         const int h = hk * group + it / per_head;
-        const int64_t m_begin = int64_t{m_block_min + it % per_head} * kBlockM;
+        const int64_t m_begin = item_m_begin(it);
         if (lane == 0) {
           MbarArriveExpectTx(full + s, 2 * Cfg::kQElems * 2);
 #pragma unroll
@@ -210,19 +238,19 @@ __global__ void __launch_bounds__(384, 1)
       const int w = warp - 1;
       const char* src = s_dq + w * Cfg::kDqWgFloats * 4;
       const int col0 = kIndep ? 0 : w * 64;
-      int m_tile = m_block_min, h = hk * group;
       for (int it = 0; it < items; ++it) {
         MbarWait(dq_full + w, it & 1);
         if (lane == 0) {
+          const int h = hk * group + it / per_head;
+          const int m_row = static_cast<int>(item_m_begin(it));
 #pragma unroll
           for (int pn = 0; pn < Cfg::kDqPanels; ++pn)
-            TmaReduceAdd4d(&maps.dq, src + pn * 64 * 128, col0 + pn * 32, h, m_tile * kBlockM, b);
+            TmaReduceAdd4d(&maps.dq, src + pn * 64 * 128, col0 + pn * 32, h, m_row, b);
           BulkCommit();
           BulkWaitRead();
         }
         __syncwarp();
         if (lane == 0) MbarArrive(dq_empty + w);
-        if (++m_tile == m_blocks) m_tile = m_block_min, ++h;
       }
       if (lane == 0) BulkWait();
     }
@@ -255,11 +283,11 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
   for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
 
-  if ((kIndep || kDefer) && cw == 1 && offset) NamedBarrierSync(kBwdPipeStartBarrier, 256);
+  if ((kIndep || kDefer) && cw == 1 && sched.start) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
   for (int item = 0; item < items; ++item) {
     const int s = item % kStages;
-    const int64_t m_begin = int64_t{m_block_min + item % per_head} * kBlockM;
+    const int64_t m_begin = item_m_begin(item);
     const T* s_q = s_q_base + s * Cfg::kQElems;
     const T* s_do = s_do_base + s * Cfg::kQElems;
     T* s_ds = s_ds_base + (kIndep ? 0 : (kDefer ? item % 3 : item & 1) * Cfg::kDsElems);
@@ -314,7 +342,7 @@ __global__ void __launch_bounds__(384, 1)
       ap[kk][3] = Tr::Pack(st[8 * kk + 6], st[8 * kk + 7]);
     }
     if (kIndep || kDefer) {  // warpgroup 1 may start (predicated: no branch between wgmmas)
-      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && offset);
+      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 1);
     }
     // dV += P^T dO (dO read MN-major), on the tensor cores while dS^T is computed.
     FenceRegs<kNA>(acc_dv);
@@ -353,12 +381,14 @@ __global__ void __launch_bounds__(384, 1)
     if (kIndep) {
       // This warpgroup's dS^T rows complete; only it reads them, after its previous dQ finished.
       NamedBarrierSync(kBwdPipeOwnDsBarrier + cw, 128);
+      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
     } else if (kDefer) {
       // This item's dS^T rows written; its dQ runs in the next item (after ds_full completes).
       // One arrival per warp: __syncwarp orders the lanes' stores (and proxy fences) before
       // lane 0's release; predicated, not a branch (the dV wgmmas are in flight).
       __syncwarp();
       MbarArriveIf(ds_full + item % 3, lane == 0);
+      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
     } else {
       // dS^T complete for both consumers. The buffer of this item's parity is rewritten only two
       // items later, after both consumers passed the next item's barrier, i.e. after their dQ
@@ -517,12 +547,18 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream)
                          p.dq_batch_stride)) {
     return cudaErrorNotSupported;
   }
+  // Start offset per mode (3, 4: warpgroup 1 after warpgroup 0's first P^T; 2, 5: together)
+  // unless DFA_CUDA_BWD_START forces one; the causal tile order from sm90_dispatch.h.
+  const int forced_start = Sm90BwdStart();
   auto launch = [&](auto kernel, int smem, int offset) {
+    BwdPipeSched sched;
+    sched.start = forced_start >= 0 ? forced_start : offset;
+    sched.chunk = Sm90BwdOrderChunk();
     cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
-    kernel<<<grid, 384, smem, stream>>>(p, maps, offset);
+    kernel<<<grid, 384, smem, stream>>>(p, maps, sched);
     return cudaGetLastError();
   };
   if constexpr (kD == 128) {

@@ -94,4 +94,32 @@ inline int Sm90BwdPipeMode(int head_dim) {
   return head_dim == 128 ? kSm90BwdPipeDefaultHdim128 : kSm90BwdPipeDefaultHdim64;
 }
 
+// Tile order of the pipe backward for causal masks (flash_bwd_sm90_pipe.cuh, BwdPipeSched):
+// 0 = grid order (key blocks fastest), N > 0 = longest-first in chunks of N kv heads (x batch).
+// DFA_CUDA_BWD_ORDER=N forces one (0..999), unset gives kSm90BwdOrderChunkDefault. Default 4
+// from the H200 run of session 12 (bf16, 32 heads, bwd TFLOP/s, 5 runs each, both passed
+// cuda_backend_test and the 16 SDPA cases): 4K causal D=128 368 vs 347 for grid order, D=64 255
+// vs 241; 16K causal unchanged (459.8 vs 458.0 mean); one global list (32) 408 at 16K (L2).
+inline constexpr int kSm90BwdOrderChunkDefault = 4;
+inline int Sm90BwdOrderChunk() {
+  static const int chunk = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_ORDER");
+    if (e == nullptr || e[0] == '\0') return kSm90BwdOrderChunkDefault;
+    const int v = std::atoi(e);
+    return v >= 0 && v < 1000 ? v : kSm90BwdOrderChunkDefault;
+  }();
+  return chunk;
+}
+
+// Start offset of the pipe backward's second consumer warpgroup (BwdPipeSched::start):
+// DFA_CUDA_BWD_START=0|1|2 forces it for the modes that have one (2..5); -1 (unset) = per mode.
+inline int Sm90BwdStart() {
+  static const int start = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_START");
+    if (e == nullptr || e[0] < '0' || e[0] > '2' || e[1] != '\0') return -1;
+    return e[0] - '0';
+  }();
+  return start;
+}
+
 }  // namespace dfa::cuda

@@ -1,12 +1,13 @@
 // dfa_kernel_bench: TFLOP/s of the CUDA backend's forward and backward units, one GPU.
 //   dfa_kernel_bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16] [--hdim 64|128 (one only)]
+//                    [--reps N (timed launches per config; default 20 / 5 / 3 at 4K / 16K / 64K)]
 // Configs: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 query heads (= kv heads), batch 1.
 // FLOPs as ANCHORS.md counts them (forward 4·B·H·S²·D, halved for causal; backward 2.5×).
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
 // Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
 // -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, and with the kernel-variant switches
-// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5, -nopipe; see Main).
+// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5, -nopipe, -orderN, -startN; see Main).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -51,9 +52,11 @@ int Main(int argc, char** argv) {
   bool quick = false;
   DType dtype = DType::kBF16;
   int only_hdim = 0;  // 0: both head dims
+  int forced_reps = 0;  // 0: per length
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--hdim") && i + 1 < argc) only_hdim = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) forced_reps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
       dtype = std::strcmp(argv[++i], "f16") ? DType::kBF16 : DType::kF16;
     }
@@ -82,6 +85,12 @@ int Main(int argc, char** argv) {
   if (const char* e = std::getenv("DFA_CUDA_BWD_WS"); e != nullptr && e[0] == '1') tag += "-bwdtma";
   if (const char* e = std::getenv("DFA_CUDA_BWD_PIPE"); e != nullptr && e[0] >= '1' && e[0] <= '5') {
     tag += std::string("-pipe") + e[0];
+  }
+  // Scheduling switches of the pipe backward: DFA_CUDA_BWD_ORDER=N -orderN (causal tile order),
+  // DFA_CUDA_BWD_START=N -startN (second consumer warpgroup's start).
+  for (const auto& [var, name] : {std::pair<const char*, const char*>{"DFA_CUDA_BWD_ORDER", "-order"},
+                                  {"DFA_CUDA_BWD_START", "-start"}}) {
+    if (const char* e = std::getenv(var); e != nullptr && e[0] != '\0') tag += std::string(name) + e;
   }
   const char* kernel_tag = tag.c_str();
   const int kHeads = 32;
@@ -144,7 +153,8 @@ int Main(int argc, char** argv) {
         b.dv = g, b.dv.data = dv;
         const size_t grad_bytes = size_t(s) * kHeads * d * 4;
         const double flops = ForwardFlops(1, kHeads, d, 0, s, 0, s, mask);
-        const int reps = s >= 65536 ? 3 : (s >= 16384 ? 5 : 20);
+        const int reps =
+            forced_reps > 0 ? forced_reps : (s >= 65536 ? 3 : (s >= 16384 ? 5 : 20));
 
         BENCH_CHECK(be.Forward(f));  // warm-up
         cudaEventRecord(e0);
