@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/grpc_util.h"
+#include "client/placement.h"
 
 namespace dfa::client {
 namespace {
@@ -29,35 +30,6 @@ absl::StatusOr<v1::Job> FinalResult(const v1::Job& job) {
 
 std::vector<v1::RowRange> Owned(const v1::ShardPlacement& shard) {
   return {shard.owned().begin(), shard.owned().end()};
-}
-
-// Checks that the placement covers [0, seq_len) exactly once.
-absl::Status ValidatePlacement(const v1::CreateSessionResponse& info, int64_t seq_len) {
-  if (info.shards_size() == 0) return absl::InternalError("CreateSession: no shards in placement");
-  std::vector<std::pair<int64_t, int64_t>> all;
-  for (int i = 0; i < info.shards_size(); ++i) {
-    const auto& shard = info.shards(i);
-    const std::vector<v1::RowRange> owned = Owned(shard);
-    absl::Status s = ValidateOwned(owned, seq_len);
-    if (!s.ok()) {
-      return absl::InternalError(absl::StrCat("CreateSession: shards[", i, "].", s.message()));
-    }
-    for (const auto& r : owned) all.emplace_back(r.begin(), r.end());
-  }
-  std::sort(all.begin(), all.end());
-  int64_t next = 0;
-  for (const auto& [b, e] : all) {
-    if (b != next) {
-      return absl::InternalError(absl::StrCat("CreateSession: shards do not cover token ", next,
-                                              " exactly once"));
-    }
-    next = e;
-  }
-  if (next != seq_len) {
-    return absl::InternalError(
-        absl::StrCat("CreateSession: shards end at token ", next, " of ", seq_len));
-  }
-  return absl::OkStatus();
 }
 
 // Runs fn(rank) for every rank on its own thread; returns the first error by rank.
@@ -150,7 +122,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::CreateSession(const SessionOpti
   v1::CreateSessionResponse resp;
   RETURN_IF_ERROR(FromGrpc(stub_->CreateSession(&ctx, req, &resp), "CreateSession"));
   std::unique_ptr<Session> session(new Session(this, options.spec, std::move(resp)));
-  absl::Status placement = ValidatePlacement(session->info(), options.spec.seq_len());
+  absl::Status placement = ValidatePlacement(session->info(), options.spec);
   if (!placement.ok()) {
     (void)session->Release();
     return placement;
@@ -210,6 +182,8 @@ WorkerDataClient& Session::DataClient(int rank) {
     slot = std::make_unique<WorkerDataClient>(client_->WorkerChannel(shard.address()),
                                               shard.address(), id(), client_->client_id(),
                                               client_->options().rpc_timeout);
+    // Head-split sessions: this worker holds a range of the heads of its rows.
+    slot->set_heads(ShardHeads(shard, v1::TENSOR_Q), ShardHeads(shard, v1::TENSOR_K));
   }
   return *slot;
 }

@@ -113,18 +113,19 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, 
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
             channel_.get(), UploadMethod(), &ctx, &response));
     bool stream_broken = false;
-    const int64_t row_bytes = TransitRowBytes(t);
+    const HeadSlice hs = heads(kind);
+    const int64_t row_bytes = TransitRowBytes(t, hs);
     emit_status = ForEachChunkSpan(t, ranges, chunk_bytes, [&](const ChunkSpan& span) {
       const int64_t n = (span.row_end - span.row_begin) * row_bytes;
       grpc::Slice data;
       uint32_t crc;
-      if (const uint8_t* rows = ContiguousRows(t, span)) {
+      if (const uint8_t* rows = ContiguousRows(t, span, hs)) {
         crc = Crc32c(rows, static_cast<size_t>(n));  // the rows as they are sent
         data = borrowed.Borrow(rows, static_cast<size_t>(n));
       } else {
         uint8_t* buf;
         data = NewDataSlice(static_cast<size_t>(n), &buf);
-        GatherRows(t, span, buf);
+        GatherRows(t, span, buf, hs);
         crc = Crc32c(buf, static_cast<size_t>(n));
       }
       const bool first = stats.chunks == 0;
@@ -139,7 +140,7 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, 
       ++stats.chunks;
       if (progress) progress(n);
       return absl::OkStatus();
-    });
+    }, hs);
     if (!emit_status.ok() && !stream_broken) {
       ctx.TryCancel();
     } else {
@@ -192,7 +193,8 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadGrpc(v1::TensorKind kind
         break;
       }
       const WireChunk& chunk = frame.chunk();
-      auto applied = ApplyWireChunk(chunk, kind, std::span<const v1::RowRange>(&range, 1), t);
+      auto applied =
+          ApplyWireChunk(chunk, kind, std::span<const v1::RowRange>(&range, 1), t, heads(kind));
       if (!applied.ok()) {
         apply_status = absl::Status(applied.status().code(),
                                     absl::StrCat(context, ": ", applied.status().message()));
@@ -246,12 +248,13 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
                                                             HostTensor* t,
                                                             const ProgressFn& progress) {
   const absl::Time start = absl::Now();
-  const int64_t per_row = int64_t{t->batch} * TransitRowBytes(*t);
+  const HeadSlice hs = heads(kind);
+  const int64_t per_row = int64_t{t->batch} * TransitRowBytes(*t, hs);
   const int64_t piece_bytes = std::min(kMaxShmPieceBytes, segment_bytes / 2);
   const int64_t max_rows = std::max<int64_t>(1, piece_bytes / per_row);
   const std::vector<v1::RowRange> pieces = SplitRanges(ranges, max_rows);
   int64_t largest = 0;
-  for (const auto& p : pieces) largest = std::max(largest, BlockBytes(*t, p));
+  for (const auto& p : pieces) largest = std::max(largest, BlockBytes(*t, p, hs));
   TransferStats stats;
   if (largest == 0) return stats;
   const int depth = pieces.size() > 1 ? 2 : 1;  // calls in flight = segments in use
@@ -264,9 +267,9 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
     const v1::RowRange& piece = pieces[next];
     ShmSegment* segment = segments_[next % depth].get();
     auto call = std::make_unique<ShmCall>();
-    call->bytes = BlockBytes(*t, piece);
+    call->bytes = BlockBytes(*t, piece, hs);
     call->segment = segment->data();
-    if (upload) PackBlock(*t, piece, segment->data());
+    if (upload) PackBlock(*t, piece, segment->data(), hs);
     SetDeadline(&call->ctx, timeout_);
     v1::SharedMemoryTransferRequest& r = call->request;
     r.set_session_id(session_id_);
@@ -289,7 +292,7 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
       return absl::InternalError(absl::StrCat(context, ": worker moved ", call->response.bytes(),
                                               " bytes, expected ", call->bytes));
     }
-    if (!upload) UnpackBlock(call->segment, call->request.rows(), t);
+    if (!upload) UnpackBlock(call->segment, call->request.rows(), t, hs);
     stats.bytes += call->bytes;
     ++stats.chunks;
     if (progress) progress(call->bytes);

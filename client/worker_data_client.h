@@ -11,6 +11,10 @@
 // mapped by the worker: keep_mapping), pipelined: the client packs piece i+1 while the worker
 // copies piece i in (upload), or unpacks piece i while the worker writes piece i+1 (download).
 //
+// Head-split sessions (schedule "heads"): the worker holds a range of the heads of its rows
+// (set_heads); the full host tensors are sliced by heads on the way out and filled by heads on
+// the way back.
+//
 // Thread safety: one object may be used by one thread at a time (it keeps its shared-memory
 // segment between calls); objects for different workers
 // run in parallel (Session does that). The tensors passed in must outlive the call; downloads
@@ -47,6 +51,15 @@ class WorkerDataClient {
 
   WorkerDataClient(std::shared_ptr<grpc::Channel> channel, std::string address,
                    std::string session_id, std::string client_id, absl::Duration timeout);
+
+  // The heads of the full tensors this worker holds (ShardPlacement.q_heads / kv_heads;
+  // ShardHeads in shard_io.h): every transfer below moves those heads of its rows. Default:
+  // all heads. Set before the first transfer.
+  void set_heads(HeadSlice q_heads, HeadSlice kv_heads) {
+    q_heads_ = q_heads;
+    kv_heads_ = kv_heads;
+  }
+  HeadSlice heads(v1::TensorKind kind) const { return IsKvKind(kind) ? kv_heads_ : q_heads_; }
 
   // gRPC client-streaming upload of rows `ranges` of `t` as `kind` chunks of <= chunk_bytes.
   // Errors: the worker's status (DATA_LOSS, OUT_OF_RANGE, NOT_FOUND, ...) with its message;
@@ -97,6 +110,7 @@ class WorkerDataClient {
   // Kept between shared-memory transfers: their pages stay mapped here (no page faults on
   // reuse) and, through keep_mapping, in the worker.
   std::unique_ptr<ShmSegment> segments_[2];
+  HeadSlice q_heads_, kv_heads_;
   std::string address_;
   std::string session_id_;
   std::string client_id_;

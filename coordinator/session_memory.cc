@@ -23,12 +23,21 @@ double SessionBytesEstimate(const v1::AttentionSpec& spec) {
 }
 
 int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t scratch_bytes) {
+  return SessionBytes(spec, HeadRange{}, owned_rows, scratch_bytes);
+}
+
+int64_t SessionBytes(const v1::AttentionSpec& spec, const HeadRange& kv_heads,
+                     int64_t owned_rows, int64_t scratch_bytes) {
+  // The worker's storage shape (worker/session_registry.cc cuts it the same way).
+  WorkerPlan w;
+  w.kv_heads = kv_heads;
+  const AttentionShape local = LocalShape(ShapeOf(spec), w);
   SessionShape shape;
-  shape.batch = spec.batch();
-  shape.q_heads = spec.q_heads();
-  shape.kv_heads = spec.kv_heads();
-  shape.head_dim = spec.head_dim();
-  shape.dtype = static_cast<DType>(spec.dtype());
+  shape.batch = local.batch;
+  shape.q_heads = local.q_heads;
+  shape.kv_heads = local.kv_heads;
+  shape.head_dim = local.head_dim;
+  shape.dtype = local.dtype;
   return SessionStorageBytes(shape, owned_rows) + scratch_bytes;
 }
 

@@ -3,7 +3,7 @@
 // limit again in OpenSession (RESOURCE_EXHAUSTED).
 //
 // The count is the executor's SessionStorageBytes (worker/executor/session_storage.h: Q, K, V,
-// O, dO, LSE, D, dQ, dK, dV for the worker's owned rows) plus the plan's peak in-flight
+// O, dO, LSE, D, dQ, dK, dV for the worker's owned rows, at the heads it holds) plus the plan's peak in-flight
 // buffers (transfer buffers and partials alive at once, from CheckPlan's report).
 #pragma once
 
@@ -21,7 +21,11 @@ AttentionShape ShapeOf(const v1::AttentionSpec& spec);
 // over all workers: every tensor of SessionStorageBytes plus one copy of K/V in flight.
 double SessionBytesEstimate(const v1::AttentionSpec& spec);
 
-// Storage for `owned_rows` rows + `scratch_bytes` of plan buffers.
+// Storage for `owned_rows` rows of all heads + `scratch_bytes` of plan buffers.
 int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t scratch_bytes);
+// The same for a worker that holds only the key/value heads `kv_heads` (and their query
+// groups) of its rows: a head-split plan's WorkerPlan::kv_heads; empty = all heads.
+int64_t SessionBytes(const v1::AttentionSpec& spec, const HeadRange& kv_heads,
+                     int64_t owned_rows, int64_t scratch_bytes);
 
 }  // namespace dfa

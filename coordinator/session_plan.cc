@@ -49,7 +49,7 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
     int64_t rows = 0;
     for (const RowRange& range : plan->workers[r].owned) rows += range.size();
     const int64_t scratch = std::max(report->peak_forward_bytes[r], report->peak_backward_bytes[r]);
-    out.bytes_per_rank.push_back(SessionBytes(spec, rows, scratch));
+    out.bytes_per_rank.push_back(SessionBytes(spec, plan->workers[r].kv_heads, rows, scratch));
   }
   return out;
 }

@@ -17,11 +17,12 @@ constexpr int64_t kMaxSeqLen = int64_t{1} << 40;
 constexpr int kMaxHeads = 1 << 16;
 constexpr int kMaxBatch = 1 << 20;
 
-SessionShape ShapeOf(const v1::AttentionSpec& spec) {
+// The spec's per-token shape cut to the key/value heads `kv` (with their query groups).
+SessionShape LocalShapeOf(const v1::AttentionSpec& spec, const HeadRange& kv) {
   SessionShape s;
   s.batch = spec.batch();
-  s.q_heads = spec.q_heads();
-  s.kv_heads = spec.kv_heads();
+  s.kv_heads = kv.size();
+  s.q_heads = kv.size() * (spec.q_heads() / spec.kv_heads());
   s.head_dim = spec.head_dim();
   s.dtype = static_cast<DType>(spec.dtype());
   return s;
@@ -124,10 +125,18 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
   if (!report.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("plan: ", report.status().message()));
   }
-  const std::vector<RowRange>& owned = plan->workers[req.rank()].owned;
+  const WorkerPlan& mine = plan->workers[req.rank()];
+  const std::vector<RowRange>& owned = mine.owned;
   int64_t rows = 0;
   for (const RowRange& r : owned) rows += r.size();
-  const SessionShape shape = ShapeOf(req.spec());
+  const HeadRange kv_heads = WorkerKvHeads(mine, req.spec().kv_heads());
+  if (kv_heads.begin < 0 || kv_heads.end > req.spec().kv_heads()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan.workers[", req.rank(), "].kv_heads = [", kv_heads.begin, ", ", kv_heads.end,
+        ") is outside [0, spec.kv_heads = ", req.spec().kv_heads(), ")"));
+  }
+  // This worker's storage holds its heads only (a head-split plan: schedule "heads").
+  const SessionShape shape = LocalShapeOf(req.spec(), kv_heads);
   // In double first: a huge spec must be refused, not overflow.
   const double approx = static_cast<double>(SessionStorageBytes(shape, 1)) * rows;
   if (approx > 9.0e18) {
@@ -152,6 +161,9 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
   s->spec = req.spec();
   s->rank = req.rank();
   s->plan = *std::move(plan);
+  const int group = req.spec().q_heads() / req.spec().kv_heads();
+  s->kv_heads = kv_heads;
+  s->q_heads = HeadRange{kv_heads.begin * group, kv_heads.end * group};
   ASSIGN_OR_RETURN(s->backend, make_backend_());
   if (backend_name_ == "cpu" && cancel_piece_flops_ > 0) {
     // A CPU step computes for seconds: cut units so a cancel lands within ~0.2 s.

@@ -29,13 +29,13 @@ float SyntheticValue(uint64_t seed, int kind, int64_t batch, int64_t row, int64_
   return ToUniform(Mix(key ^ ((static_cast<uint64_t>(head) << 32) | static_cast<uint64_t>(d))));
 }
 
-void FillSynthetic(uint64_t seed, int kind, int batch, int64_t row0, int64_t n_rows, int heads,
-                   int head_dim, DType dtype, void* dst) {
+void FillSynthetic(uint64_t seed, int kind, int batch, int64_t row0, int64_t n_rows, int head0,
+                   int heads, int head_dim, DType dtype, void* dst) {
   int64_t i = 0;
   for (int b = 0; b < batch; ++b) {
     for (int64_t r = row0; r < row0 + n_rows; ++r) {
       const uint64_t key = RowKey(seed, kind, b, r);
-      for (int h = 0; h < heads; ++h) {
+      for (int h = head0; h < head0 + heads; ++h) {
         for (int d = 0; d < head_dim; ++d, ++i) {
           const uint64_t hd = (static_cast<uint64_t>(h) << 32) | static_cast<uint64_t>(d);
           StoreFromFloat(dst, dtype, i, ToUniform(Mix(key ^ hd)));
@@ -43,6 +43,11 @@ void FillSynthetic(uint64_t seed, int kind, int batch, int64_t row0, int64_t n_r
       }
     }
   }
+}
+
+void FillSynthetic(uint64_t seed, int kind, int batch, int64_t row0, int64_t n_rows, int heads,
+                   int head_dim, DType dtype, void* dst) {
+  FillSynthetic(seed, kind, batch, row0, n_rows, /*head0=*/0, heads, head_dim, dtype, dst);
 }
 
 }  // namespace dfa

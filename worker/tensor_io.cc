@@ -122,12 +122,16 @@ absl::StatusOr<int64_t> LocalRowOf(const WorkerSession& s, const RowRange& r, co
 
 }  // namespace
 
-int64_t TransitRowBytes(const WorkerSession& s, v1::TensorKind kind) {
-  if (kind == v1::TENSOR_LSE) return int64_t{s.spec.q_heads()} * 4;
+HeadRange TransitHeads(const WorkerSession& s, v1::TensorKind kind) {
   const bool kv = kind == v1::TENSOR_K || kind == v1::TENSOR_V || kind == v1::TENSOR_DK ||
                   kind == v1::TENSOR_DV;
-  return int64_t{kv ? s.spec.kv_heads() : s.spec.q_heads()} * s.spec.head_dim() *
-         DTypeSize(ClientDType(s));
+  return kv ? s.kv_heads : s.q_heads;
+}
+
+int64_t TransitRowBytes(const WorkerSession& s, v1::TensorKind kind) {
+  const int64_t heads = TransitHeads(s, kind).size();
+  if (kind == v1::TENSOR_LSE) return heads * 4;
+  return heads * s.spec.head_dim() * DTypeSize(ClientDType(s));
 }
 
 namespace {
@@ -283,13 +287,13 @@ namespace {
 
 // FillSynthetic over a block, its rows split among threads when the batch is 1 (the rows are
 // then contiguous): a long sequence's inputs (GiBs per worker) take seconds, not minutes.
-void FillBlockParallel(uint64_t seed, int kind, int batch, const RowRange& r, int heads,
+void FillBlockParallel(uint64_t seed, int kind, int batch, const RowRange& r, int head0, int heads,
                        int head_dim, DType dt, int64_t row_bytes, uint8_t* dst) {
   const int64_t kMinRowsPerThread = 256;
   const int threads = static_cast<int>(std::min<int64_t>(
       std::max(1u, std::thread::hardware_concurrency()), r.size() / kMinRowsPerThread));
   if (batch != 1 || threads <= 1) {
-    FillSynthetic(seed, kind, batch, r.begin, r.size(), heads, head_dim, dt, dst);
+    FillSynthetic(seed, kind, batch, r.begin, r.size(), head0, heads, head_dim, dt, dst);
     return;
   }
   std::vector<std::thread> pool;
@@ -298,7 +302,8 @@ void FillBlockParallel(uint64_t seed, int kind, int batch, const RowRange& r, in
     const int64_t b = r.begin + t * per, e = std::min(r.end, b + per);
     if (b >= e) break;
     pool.emplace_back([=] {
-      FillSynthetic(seed, kind, 1, b, e - b, heads, head_dim, dt, dst + (b - r.begin) * row_bytes);
+      FillSynthetic(seed, kind, 1, b, e - b, head0, heads, head_dim, dt,
+                    dst + (b - r.begin) * row_bytes);
     });
   }
   for (std::thread& t : pool) t.join();
@@ -321,8 +326,9 @@ absl::Status GenerateSynthetic(WorkerSession* s, uint64_t seed, bool with_grad_o
       for (int64_t r0 = owned.begin; r0 < owned.end; r0 += step) {
         const RowRange r{r0, std::min(owned.end, r0 + step)};
         block.resize(static_cast<size_t>(BlockBytes(*s, kind, r)));
-        FillBlockParallel(seed, kind, s->spec.batch(), r, v.heads, v.head_dim, dt, per_row,
-                          block.data());
+        // Global head indices: a head-split shard generates its slice of the same tensors.
+        FillBlockParallel(seed, kind, s->spec.batch(), r, TransitHeads(*s, kind).begin, v.heads,
+                          v.head_dim, dt, per_row, block.data());
         RETURN_IF_ERROR(WriteBlock(s, kind, r, block.data()));
       }
     }

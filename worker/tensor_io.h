@@ -4,7 +4,8 @@
 // Transit layouts (attention.proto): one chunk is rows [r0, r1) of ONE batch:
 // [rows, heads, head_dim] in the spec's dtype, or fp32 [heads, rows] for LSE. A shared-memory
 // block is rows [r0, r1) of ALL batches: [batch, rows, heads, head_dim] (LSE [batch, heads,
-// rows]). Gradients are held in fp32 and converted to the spec's dtype on the way out.
+// rows]). "heads" are the heads this worker holds: all, or its range of a head-split plan
+// (TransitHeads). Gradients are held in fp32 and converted to the spec's dtype on the way out.
 // Every function expects the caller to hold session->mu. Errors name the request field:
 // INVALID_ARGUMENT (bad kind, size), OUT_OF_RANGE (rows or batch outside the shard),
 // FAILED_PRECONDITION (an output that was never computed).
@@ -19,7 +20,11 @@
 
 namespace dfa {
 
-// Bytes of one transit row (all heads) of `kind` under the session's spec.
+// The global heads a transit row of `kind` covers: the session's q_heads or kv_heads (all of
+// the spec's unless the plan splits heads).
+HeadRange TransitHeads(const WorkerSession& s, v1::TensorKind kind);
+// Bytes of one transit row of `kind`: the heads this worker holds (TransitHeads), not the
+// spec's, when the plan splits heads.
 int64_t TransitRowBytes(const WorkerSession& s, v1::TensorKind kind);
 
 // Checks and stores one uploaded chunk (Q, K, V or dO only). `field` prefixes error messages

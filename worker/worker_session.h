@@ -62,6 +62,12 @@ struct WorkerSession {
   v1::AttentionSpec spec;
   int rank = 0;
   Plan plan;
+  // The heads this worker holds, as global indices: all of the spec's unless the plan splits
+  // heads (WorkerPlan::kv_heads; q_heads are those kv heads' query groups). Storage, transit
+  // chunks, shared-memory blocks and CUDA IPC refs cover exactly these heads; local head h is
+  // global head begin + h.
+  HeadRange q_heads;
+  HeadRange kv_heads;
   int64_t bytes_reserved = 0;
   std::unique_ptr<AttentionBackend> backend;
   std::unique_ptr<SessionStorage> storage;

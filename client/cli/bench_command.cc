@@ -27,7 +27,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: dfa bench [--coordinator HOST:PORT | --workers N --threads T --backend cpu]\n"
     "                 [--seq 16K] [--heads 8] [--kv-heads HK] [--head-dim 64] [--dtype bf16]\n"
-    "                 [--causal|--full] [--schedule NAME] [--forward-only] [--repeat R]\n"
+    "                 [--causal|--full] [--schedule NAME (balanced, ring, heads, ...)]\n"
+    "                 [--forward-only] [--repeat R]\n"
     "                 [--transfer-mib 64] [--transfer-repeat 5] [--skip-transfer]\n"
     "                 [--skip-attention] [--skip-single]\n"
     "                 [--single-threads T]\n"
