@@ -38,10 +38,12 @@ absl::StatusOr<TransferStats> Transfer(Session& session, v1::TensorKind kind, co
   const int n = session.num_workers();
   std::vector<std::vector<v1::DeviceTransferRequest>> requests(static_cast<size_t>(n));
   for (int rank = 0; rank < n; ++rank) {
-    for (const v1::RowRange& r : session.info().shards(rank).owned()) {
+    const v1::ShardPlacement& shard = session.info().shards(rank);
+    for (const v1::RowRange& r : shard.owned()) {
       ASSIGN_OR_RETURN(v1::DeviceTransferRequest req,
                        MakeDeviceTransferRequest(session.spec(), kind, t, buffer.handle,
-                                                 buffer.offset, buffer.device, r, upload, host));
+                                                 buffer.offset, buffer.device, r, upload, host,
+                                                 ShardHeads(shard, kind)));
       requests[static_cast<size_t>(rank)].push_back(std::move(req));
     }
     session.DataClient(rank);  // made here, not in the threads
@@ -86,10 +88,11 @@ std::vector<int64_t> DeviceTensor::EffectiveStrides() const {
 absl::StatusOr<v1::DeviceTransferRequest> MakeDeviceTransferRequest(
     const v1::AttentionSpec& spec, v1::TensorKind kind, const DeviceTensor& t,
     const std::string& ipc_handle, int64_t base_offset, int device, const v1::RowRange& r,
-    bool upload, const std::string& host_id) {
+    bool upload, const std::string& host_id, HeadSlice heads) {
   const bool lse = kind == v1::TENSOR_LSE;
   const size_t dims = lse ? 3 : 4;
   const size_t row_dim = lse ? 2 : 1;
+  const size_t head_dim = lse ? 1 : 2;  // the heads dimension
   if (t.shape.size() != dims) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor.shape has ", t.shape.size(), " dimensions; ", v1::TensorKind_Name(kind), " needs ",
@@ -108,6 +111,12 @@ absl::StatusOr<v1::DeviceTransferRequest> MakeDeviceTransferRequest(
     return absl::InvalidArgumentError(
         absl::StrCat("rows = [", r.begin(), ", ", r.end(), ") is not inside the sequence"));
   }
+  const int64_t all_heads = t.shape[head_dim];
+  if (!heads.empty() && (heads.begin < 0 || heads.end > all_heads)) {
+    return absl::InvalidArgumentError(absl::StrCat("heads [", heads.begin, ", ", heads.end,
+                                                   ") of the shard lie outside tensor.shape[",
+                                                   head_dim, "] = ", all_heads));
+  }
   const std::vector<int64_t> strides = t.EffectiveStrides();
   v1::DeviceTransferRequest req;
   req.set_kind(kind);
@@ -116,11 +125,15 @@ absl::StatusOr<v1::DeviceTransferRequest> MakeDeviceTransferRequest(
   req.set_host_id(host_id);
   v1::DeviceTensorRef* ref = req.mutable_tensor();
   ref->set_cuda_ipc_handle(ipc_handle);
-  ref->set_offset(base_offset + r.begin() * strides[row_dim] * DTypeSize(t.dtype));
+  ref->set_offset(base_offset + (r.begin() * strides[row_dim] + heads.First() * strides[head_dim]) *
+                                    DTypeSize(t.dtype));
   ref->set_dtype(ToProtoDType(t.dtype));
   ref->set_device(device);
   for (size_t i = 0; i < dims; ++i) {
-    ref->add_shape(i == row_dim ? r.end() - r.begin() : t.shape[i]);
+    const int64_t size = i == row_dim    ? r.end() - r.begin()
+                         : i == head_dim ? heads.Count(static_cast<int>(all_heads))
+                                         : t.shape[i];
+    ref->add_shape(size);
     ref->add_strides(strides[i]);
   }
   return req;

@@ -62,13 +62,16 @@ absl::StatusOr<TransferStats> UploadDevice(Session& session, v1::TensorKind kind
 absl::StatusOr<TransferStats> DownloadDevice(Session& session, v1::TensorKind kind,
                                              const DeviceTensor& t);
 
-// The DeviceTransferRequest for rows [r.begin, r.end) of `t`, whose element [0, ...] lies at
-// byte `base_offset` of the allocation exported as `ipc_handle` (pure; tests and other front
-// ends use it). INVALID_ARGUMENT naming the field when `t` has the wrong number of dimensions
-// or does not cover the sequence along its rows dimension.
+// The DeviceTransferRequest for rows [r.begin, r.end) and heads `heads` (default all; a
+// head-split shard's ShardHeads) of `t`, whose element [0, ...] lies at byte `base_offset` of
+// the allocation exported as `ipc_handle` (pure; tests and other front ends use it). A head
+// slice is a ref that starts at the slice's first head with heads = the slice's size and the
+// tensor's own strides (rows strided over all heads; the worker copies strided rows).
+// INVALID_ARGUMENT naming the field when `t` has the wrong number of dimensions, does not cover
+// the sequence along its rows dimension, or the slice lies outside its heads.
 absl::StatusOr<v1::DeviceTransferRequest> MakeDeviceTransferRequest(
     const v1::AttentionSpec& spec, v1::TensorKind kind, const DeviceTensor& t,
     const std::string& ipc_handle, int64_t base_offset, int device, const v1::RowRange& r,
-    bool upload, const std::string& host_id);
+    bool upload, const std::string& host_id, HeadSlice heads = {});
 
 }  // namespace dfa::client

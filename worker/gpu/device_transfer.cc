@@ -172,15 +172,20 @@ absl::Status ValidateDeviceTransfer(const WorkerSession& s, const v1::DeviceTran
   const v1::DeviceTensorRef& t = req.tensor();
   RETURN_IF_ERROR(CheckDType(s, kind, t.dtype()));
   const bool lse = kind == v1::TENSOR_LSE;
-  const int64_t heads = IsKv(kind) ? s.spec.kv_heads() : s.spec.q_heads();
+  // The heads this worker holds: all of the spec's, or its range of a head-split plan (the
+  // client's ref then starts at the range's first head, rows strided over all heads).
+  const HeadRange held = IsKv(kind) ? s.kv_heads : s.q_heads;
+  const int64_t heads = held.size();
+  const std::string heads_name =
+      absl::StrCat("heads (this worker's ", IsKv(kind) ? "kv" : "q", " heads [", held.begin,
+                   ", ", held.end, "))");
   const std::vector<int64_t> want =
       lse ? std::vector<int64_t>{s.spec.batch(), heads, rows.size()}
           : std::vector<int64_t>{s.spec.batch(), rows.size(), heads, s.spec.head_dim()};
-  const char* const names[] = {
-      "batch (spec.batch)", lse ? "heads (spec.q_heads)" : "rows (the size of rows)",
-      lse ? "rows (the size of rows)"
-          : (IsKv(kind) ? "heads (spec.kv_heads)" : "heads (spec.q_heads)"),
-      "head_dim (spec.head_dim)"};
+  const std::string names[] = {"batch (spec.batch)",
+                               lse ? heads_name : "rows (the size of rows)",
+                               lse ? "rows (the size of rows)" : heads_name,
+                               "head_dim (spec.head_dim)"};
   if (t.shape_size() != static_cast<int>(want.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor.shape has ", t.shape_size(), " entries; ", KindName(kind), " needs ", want.size(),
