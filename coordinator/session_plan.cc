@@ -28,6 +28,8 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
     request.profile = "gpu";
     request.shape = ShapeOf(spec);  // the CPU profile keeps the search's reference shape
   }
+  // "heads" and "auto" split the session's kv heads: they need its real head counts.
+  if (request.schedule == "heads" || request.schedule == "auto") request.shape = ShapeOf(spec);
   absl::StatusOr<Plan> plan = MakePlan(request);
   if (!plan.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("schedule: ", request.schedule,

@@ -24,6 +24,9 @@ struct SessionPlan {
 // ("cuda" for GPU workers, "cpu"): "cuda" makes "balanced" rank its candidates with the GPU cost
 // profile (GpuCostParams: least true time with per-op overhead, for the session's shape),
 // anything else with the CPU profile (coordinator/planner/planner.h, PlanRequest::profile).
+// "heads" (head groups, plan.h) and "auto" (the cheaper of balanced and heads under that
+// profile) plan with the spec's real head counts; a head-split rank's bytes_per_rank counts the
+// storage of its own heads only (all rows of fewer heads).
 // INVALID_ARGUMENT (message starting with "schedule: ") when the planner cannot make that
 // schedule for these inputs (e.g. distflash with an odd worker count); INTERNAL if the
 // planner's plan fails its check.

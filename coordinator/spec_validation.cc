@@ -68,11 +68,12 @@ absl::Status ValidateSpecForPlacement(const v1::AttentionSpec& spec, absl::strin
 
 absl::Status ValidateSchedule(absl::string_view schedule) {
   if (schedule.empty() || schedule == "balanced" || schedule == "ring" || schedule == "distflash" ||
-      schedule == "zigzag") {
+      schedule == "zigzag" || schedule == "heads" || schedule == "auto") {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "schedule: must be balanced, ring, distflash or zigzag, got \"", schedule, "\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("schedule: must be balanced, ring, distflash, zigzag, heads or auto, got \"",
+                   schedule, "\""));
 }
 
 float EffectiveScale(const v1::AttentionSpec& spec) {

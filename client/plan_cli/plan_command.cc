@@ -19,7 +19,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: dfa plan --workers P --seq S [--heads H --kv-heads HK --head-dim D --batch B\n"
     "                [--dtype bf16|f16|f32]] [--causal|--full] [--speeds a,b,...]\n"
-    "                --schedule ring|distflash|zigzag|balanced [--json] [--steps|--no-steps]\n"
+    "                --schedule ring|distflash|zigzag|balanced|heads|auto [--json]\n"
+    "                [--steps|--no-steps]\n"
     "                [--tflops F] [--bandwidth-gbps G (0: free)] [--latency-us L]\n"
     "                [--op-overhead-us U (per compute op; default 0)]\n"
     "                [--memory-gbps M (per-op fp32 merge traffic; default 0: ignored)]\n"
@@ -159,8 +160,11 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
   a.shape.kv_heads = static_cast<int>(kv_heads);
   a.shape.head_dim = static_cast<int>(head_dim);
   a.request.profile = a.profile;
-  // The gpu profile's search costs the given shape; the cpu one keeps its reference shape.
-  if (a.profile == "gpu") a.request.shape = a.shape;
+  // The gpu profile's search costs the given shape; the cpu one keeps its reference shape,
+  // except for "heads" and "auto", whose head split needs the real head counts.
+  if (a.profile == "gpu" || a.request.schedule == "heads" || a.request.schedule == "auto") {
+    a.request.shape = a.shape;
+  }
   RETURN_IF_ERROR(ValidatePlanRequest(a.request));
   ASSIGN_OR_RETURN(a.cost, CostParamsForProfile(a.profile, a.shape, a.request.speeds));
   if (tflops >= 0) a.cost.flops_per_second = tflops * 1e12;

@@ -19,20 +19,10 @@ struct Message {
 PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<double>& speeds,
                       bool fwd) {
   const int P = plan.num_workers();
-  const double flops_per_pair = 4.0 * p.shape.batch * p.shape.q_heads * p.shape.head_dim *
-                                (fwd ? 1.0 : 2.5);
   const double unit = std::pow(static_cast<double>(plan.seq_len) / P, 2);
-  // Seconds of fp32 accumulate traffic per query row and per key/value row of one op (read +
-  // write); 0 without a memory bandwidth.
-  double merge_per_q_row = 0, merge_per_kv_row = 0;
-  if (p.memory_bandwidth_bytes_per_second > 0) {
-    const double b = p.shape.batch, hd = static_cast<double>(p.shape.head_dim);
-    // Forward: output + LSE merged; backward: dQ added (dK/dV below).
-    const double q_bytes = b * p.shape.q_heads * (fwd ? hd + 1 : hd) * 4;
-    const double kv_bytes = fwd ? 0 : 2 * b * p.shape.kv_heads * hd * 4;
-    merge_per_q_row = 2 * q_bytes / p.memory_bandwidth_bytes_per_second;
-    merge_per_kv_row = 2 * kv_bytes / p.memory_bandwidth_bytes_per_second;
-  }
+  // Each worker's figures at its own heads (plan.h "Head groups"; all heads without a range).
+  std::vector<AttentionShape> local(P);
+  for (int w = 0; w < P; ++w) local[w] = LocalShape(p.shape, plan.workers[w]);
   size_t steps = 0;
   for (const WorkerPlan& w : plan.workers) steps = std::max(steps, (fwd ? w.forward : w.backward).size());
   PassCost cost;
@@ -44,6 +34,21 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
   for (int w = 0; w < P; ++w) {
     total_speed += speeds[w];
     const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
+    const AttentionShape& s = local[w];
+    const double flops_per_pair = 4.0 * s.batch * s.q_heads * s.head_dim * (fwd ? 1.0 : 2.5);
+    // Work units count all heads' pairs: a worker with a share of the heads does that share.
+    const double head_share = static_cast<double>(s.q_heads) / p.shape.q_heads;
+    // Seconds of fp32 accumulate traffic per query row and per key/value row of one op (read +
+    // write); 0 without a memory bandwidth.
+    double merge_per_q_row = 0, merge_per_kv_row = 0;
+    if (p.memory_bandwidth_bytes_per_second > 0) {
+      const double b = s.batch, hd = static_cast<double>(s.head_dim);
+      // Forward: output + LSE merged; backward: dQ added (dK/dV below).
+      const double q_bytes = b * s.q_heads * (fwd ? hd + 1 : hd) * 4;
+      const double kv_bytes = fwd ? 0 : 2 * b * s.kv_heads * hd * 4;
+      merge_per_q_row = 2 * q_bytes / p.memory_bandwidth_bytes_per_second;
+      merge_per_kv_row = 2 * kv_bytes / p.memory_bandwidth_bytes_per_second;
+    }
     double busy = 0;
     for (size_t t = 0; t < pass.size(); ++t) {
       for (const ComputeOp& c : pass[t].computes) {
@@ -54,7 +59,7 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
         compute[w][t] += seconds / speeds[w] + p.op_overhead_seconds +
                          merge_per_q_row * static_cast<double>(c.q_rows.size()) +
                          merge_per_kv_row * static_cast<double>(c.kv_rows.size());
-        cost.workers[w].work_units += pairs / unit;
+        cost.workers[w].work_units += pairs * head_share / unit;
         ++cost.workers[w].compute_ops;
       }
       busy += compute[w][t];
@@ -123,14 +128,14 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
     for (const Posted& m : bucket[t]) {
       early.push_back({m.from, m.x->peer, t == 0 ? 0 : start_prev[m.from],
                        t == 0 ? 0 : start_prev[m.x->peer],
-                       TransferBytes(p.shape, m.x->tensor, m.x->rows.size()), m.target});
+                       TransferBytes(local[m.from], m.x->tensor, m.x->rows.size()), m.target});
     }
     for (int w = 0; w < P; ++w) {
       const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
       if (t >= pass.size()) continue;
       for (const Transfer& x : pass[t].sends) {
         if (!IsPartial(x.tensor)) continue;
-        const int64_t bytes = TransferBytes(p.shape, x.tensor, x.rows.size());
+        const int64_t bytes = TransferBytes(local[w], x.tensor, x.rows.size());
         late.push_back({w, x.peer, t == 0 ? 0 : end_prev[w], t == 0 ? 0 : end_prev[x.peer], bytes,
                         static_cast<int>(t)});
       }

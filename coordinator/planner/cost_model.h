@@ -21,6 +21,9 @@
 // The last step's partials end the pass when they arrive. Messages are modelled on the two links
 // of each worker, in posting order; a transport that runs whole groups one after another (NCCL
 // on one stream) is a little more serial than that.
+// Head groups (plan.h): a worker with a kv head range is costed at its LocalShape (FLOPs per
+// pair, merge traffic, bytes of its messages); work_units still count all heads' pairs, so a
+// worker holding half the heads of a full unit does 0.5 of it.
 // Makespan: when the last worker ends its last step. Ideal: total compute seconds of all units
 // at total speed (sum of speeds), i.e. perfect balance with free communication.
 #pragma once

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -17,11 +18,21 @@ absl::Status Fail(int w, bool fwd, int t, absl::string_view what) {
                                                     " step ", t, ": ", what));
 }
 
-absl::Status CheckOwnership(const Plan& plan) {
-  if (plan.num_workers() < 1) return absl::FailedPreconditionError("plan has no workers");
-  if (plan.seq_len < 1) return absl::FailedPreconditionError("plan seq_len must be >= 1");
+// The workers of one head group (all workers for a plan without head ranges) and, for error
+// texts, its name ("" for the single all-heads group).
+struct Group {
+  std::vector<int> members;
+  std::string name;
+};
+
+absl::Status GroupFail(const Group& g, absl::Status s) {
+  if (g.name.empty() || s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(g.name, ": ", s.message()));
+}
+
+absl::Status CheckOwnership(const Plan& plan, const Group& group) {
   std::vector<RowRange> all;
-  for (int w = 0; w < plan.num_workers(); ++w) {
+  for (int w : group.members) {
     const auto& owned = plan.workers[w].owned;
     if (owned.empty()) return absl::FailedPreconditionError(absl::StrCat("worker ", w, " owns no rows"));
     for (size_t i = 0; i < owned.size(); ++i) {
@@ -48,6 +59,79 @@ absl::Status CheckOwnership(const Plan& plan) {
   return absl::OkStatus();
 }
 
+std::string Heads(const HeadRange& h) { return absl::StrCat("[", h.begin, ", ", h.end, ")"); }
+
+// The head groups (plan.h "Head groups"): head ranges inside [0, kv_heads), the groups' ranges
+// partitioning it, no transfer between groups.
+absl::StatusOr<std::vector<Group>> HeadGroups(const Plan& plan, int kv_heads) {
+  bool any = false;
+  for (const WorkerPlan& w : plan.workers) any |= !w.kv_heads.empty();
+  std::vector<Group> groups;
+  std::vector<int> group_of(plan.num_workers(), 0);
+  if (!any) {
+    groups.push_back({});
+    for (int w = 0; w < plan.num_workers(); ++w) groups[0].members.push_back(w);
+  } else {
+    std::map<std::pair<int, int>, int> index;  // (begin, end) -> group
+    std::vector<HeadRange> ranges;
+    for (int w = 0; w < plan.num_workers(); ++w) {
+      const HeadRange h = WorkerKvHeads(plan.workers[w], kv_heads);
+      if (h.begin < 0 || h.end > kv_heads || h.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker ", w, ": kv_heads ", Heads(h), " is not a non-empty range inside [0, ",
+            kv_heads, ") (the shape's kv_heads)"));
+      }
+      auto [it, added] = index.try_emplace({h.begin, h.end}, static_cast<int>(groups.size()));
+      if (added) {
+        groups.push_back({{}, absl::StrCat("head group ", Heads(h))});
+        ranges.push_back(h);
+      }
+      groups[it->second].members.push_back(w);
+      group_of[w] = it->second;
+    }
+    // index is sorted by (begin, end): consecutive groups must tile [0, kv_heads).
+    int at = 0;
+    for (const auto& [range, g] : index) {
+      if (range.first != at) {
+        const int first = groups[g].members.front();
+        if (range.first > at) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "no worker holds kv heads [", at, ", ", range.first, ") (head groups must ",
+              "partition [0, ", kv_heads, "))"));
+        }
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker ", first, ": kv_heads ", Heads(ranges[g]), " overlaps another head group's ",
+            "range ending at ", at, " (head groups must partition [0, ", kv_heads, "))"));
+      }
+      at = range.second;
+    }
+    if (at != kv_heads) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no worker holds kv heads [", at, ", ", kv_heads, ") (head groups must partition [0, ",
+          kv_heads, "))"));
+    }
+  }
+  // Transfers stay inside a group (peers outside [0, P) are reported by CheckWorker).
+  for (int w = 0; w < plan.num_workers(); ++w) {
+    for (bool fwd : {true, false}) {
+      const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
+      for (size_t t = 0; t < pass.size(); ++t) {
+        for (const auto* list : {&pass[t].sends, &pass[t].recvs}) {
+          for (const Transfer& x : *list) {
+            if (x.peer >= 0 && x.peer < plan.num_workers() && group_of[x.peer] != group_of[w]) {
+              return Fail(w, fwd, static_cast<int>(t), absl::StrCat(
+                  list == &pass[t].sends ? "sends to" : "receives from", " worker ", x.peer,
+                  " of another head group (", groups[group_of[w]].name, " vs ",
+                  groups[group_of[x.peer]].name, ")"));
+            }
+          }
+        }
+      }
+    }
+  }
+  return groups;
+}
+
 bool InsideOwned(const WorkerPlan& w, const RowRange& r) {
   for (const RowRange& o : w.owned) {
     if (o.Contains(r)) return true;
@@ -63,10 +147,11 @@ bool OverlapsOwned(const WorkerPlan& w, const RowRange& r) {
 
 // Every visible pair exactly once: per segment of query rows between consecutive boundaries,
 // the key ranges (clipped to what the segment's last row sees) must tile [0, visible end).
-absl::Status CheckCoverage(const Plan& plan, bool fwd) {
+absl::Status CheckCoverage(const Plan& plan, const Group& group, bool fwd) {
   std::vector<std::pair<RowRange, RowRange>> ops;
   std::vector<int64_t> cuts = {0, plan.seq_len};
-  for (const WorkerPlan& w : plan.workers) {
+  for (int m : group.members) {
+    const WorkerPlan& w = plan.workers[m];
     for (const PlanStep& s : fwd ? w.forward : w.backward) {
       for (const ComputeOp& c : s.computes) {
         ops.push_back({c.q_rows, c.kv_rows});
@@ -110,13 +195,15 @@ absl::Status CheckCoverage(const Plan& plan, bool fwd) {
   return absl::OkStatus();
 }
 
-absl::Status CheckMatching(const Plan& plan, bool fwd) {
+absl::Status CheckMatching(const Plan& plan, const Group& group, bool fwd) {
   size_t steps = 0;
-  for (const WorkerPlan& w : plan.workers) steps = std::max(steps, (fwd ? w.forward : w.backward).size());
+  for (int w : group.members) {
+    steps = std::max(steps, (fwd ? plan.workers[w].forward : plan.workers[w].backward).size());
+  }
   using Key = std::tuple<int, int, int, int64_t, int64_t, int>;  // from, to, tensor, rows, lead
   for (size_t t = 0; t < steps; ++t) {
     std::vector<Key> sends, recvs;
-    for (int w = 0; w < plan.num_workers(); ++w) {
+    for (int w : group.members) {
       const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
       if (t >= pass.size()) continue;
       for (const Transfer& x : pass[t].sends) {
@@ -289,19 +376,27 @@ absl::StatusOr<int64_t> CheckWorker(const Plan& plan, int w, bool fwd, const Att
 }  // namespace
 
 absl::StatusOr<CheckReport> CheckPlan(const Plan& plan, const CheckOptions& options) {
-  RETURN_IF_ERROR(CheckOwnership(plan));
+  if (plan.num_workers() < 1) return absl::FailedPreconditionError("plan has no workers");
+  if (plan.seq_len < 1) return absl::FailedPreconditionError("plan seq_len must be >= 1");
+  ASSIGN_OR_RETURN(const std::vector<Group> groups, HeadGroups(plan, options.shape.kv_heads));
+  for (const Group& g : groups) RETURN_IF_ERROR(GroupFail(g, CheckOwnership(plan, g)));
   CheckReport report;
+  report.peak_forward_bytes.assign(plan.num_workers(), 0);
+  report.peak_backward_bytes.assign(plan.num_workers(), 0);
   for (bool fwd : {true, false}) {
-    RETURN_IF_ERROR(CheckMatching(plan, fwd));
-    RETURN_IF_ERROR(CheckCoverage(plan, fwd));
-    for (int w = 0; w < plan.num_workers(); ++w) {
-      ASSIGN_OR_RETURN(int64_t peak, CheckWorker(plan, w, fwd, options.shape));
-      (fwd ? report.peak_forward_bytes : report.peak_backward_bytes).push_back(peak);
-      report.max_peak_bytes = std::max(report.max_peak_bytes, peak);
-      if (options.max_buffer_bytes > 0 && peak > options.max_buffer_bytes) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "worker ", w, fwd ? " forward" : " backward", ": peak buffer memory ", peak,
-            " bytes exceeds the bound of ", options.max_buffer_bytes));
+    for (const Group& g : groups) {
+      RETURN_IF_ERROR(GroupFail(g, CheckMatching(plan, g, fwd)));
+      RETURN_IF_ERROR(GroupFail(g, CheckCoverage(plan, g, fwd)));
+      for (int w : g.members) {
+        ASSIGN_OR_RETURN(int64_t peak,
+                         CheckWorker(plan, w, fwd, LocalShape(options.shape, plan.workers[w])));
+        (fwd ? report.peak_forward_bytes : report.peak_backward_bytes)[w] = peak;
+        report.max_peak_bytes = std::max(report.max_peak_bytes, peak);
+        if (options.max_buffer_bytes > 0 && peak > options.max_buffer_bytes) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "worker ", w, fwd ? " forward" : " backward", ": peak buffer memory ", peak,
+              " bytes exceeds the bound of ", options.max_buffer_bytes));
+        }
       }
     }
   }

@@ -14,37 +14,62 @@ std::string TransferText(const Transfer& x, bool send) {
                       send ? " ->" : " <-", x.peer);
 }
 
-std::string PassTable(const char* name, const PassCost& c, const std::vector<int64_t>& peak) {
+bool HasHeadRanges(const Plan& plan) {
+  for (const WorkerPlan& w : plan.workers) {
+    if (!w.kv_heads.empty()) return true;
+  }
+  return false;
+}
+
+// Text and JSON of a worker's kv head range (plans with head ranges only).
+std::string HeadsText(const WorkerPlan& w) {
+  return absl::StrCat(" kv_heads [", w.kv_heads.begin, ",", w.kv_heads.end, ")");
+}
+std::string HeadsJson(const WorkerPlan& w) {
+  return absl::StrCat(",\"kv_heads\":[", w.kv_heads.begin, ",", w.kv_heads.end, "]");
+}
+
+std::string PassTable(const char* name, const PassCost& c, const std::vector<int64_t>& peak,
+                      const Plan& plan) {
+  const bool heads = HasHeadRanges(plan);
   std::string out = absl::StrFormat(
       "%s: %d steps, makespan %.4g s, ideal %.4g s, makespan/ideal %.4f (compute only %.4f)\n",
       name, c.steps, c.makespan_seconds, c.ideal_seconds, c.makespan_ratio,
       c.compute_makespan_ratio);
-  absl::StrAppend(&out, absl::StrFormat("  %6s %10s %10s %8s %6s %8s %14s %14s %12s\n",
+  absl::StrAppend(&out, absl::StrFormat("  %6s %10s %10s %8s %6s %8s %14s %14s %12s%s\n",
                                         "worker", "busy_s", "idle_s", "units", "ops", "idle%",
-                                        "bytes_sent", "bytes_recv", "peak_buf"));
+                                        "bytes_sent", "bytes_recv", "peak_buf",
+                                        heads ? "  kv_heads" : ""));
   for (size_t w = 0; w < c.workers.size(); ++w) {
     const WorkerCost& wc = c.workers[w];
     const double total = wc.busy_seconds + wc.idle_seconds;
-    absl::StrAppend(&out, absl::StrFormat("  %6d %10.4g %10.4g %8.3f %6d %7.2f%% %14d %14d %12d\n",
+    std::string head_range;
+    if (heads && w < plan.workers.size()) {
+      const HeadRange& h = plan.workers[w].kv_heads;
+      head_range = absl::StrCat("  [", h.begin, ",", h.end, ")");
+    }
+    absl::StrAppend(&out, absl::StrFormat("  %6d %10.4g %10.4g %8.3f %6d %7.2f%% %14d %14d %12d%s\n",
                                           static_cast<int>(w), wc.busy_seconds, wc.idle_seconds,
                                           wc.work_units, wc.compute_ops,
                                           total > 0 ? 100 * wc.idle_seconds / total : 0.0,
                                           wc.bytes_sent, wc.bytes_received,
-                                          w < peak.size() ? peak[w] : 0));
+                                          w < peak.size() ? peak[w] : 0, head_range));
   }
   return out;
 }
 
-std::string PassJson(const PassCost& c, const std::vector<int64_t>& peak) {
+std::string PassJson(const PassCost& c, const std::vector<int64_t>& peak, const Plan& plan) {
+  const bool heads = HasHeadRanges(plan);
   std::vector<std::string> ws;
   for (size_t w = 0; w < c.workers.size(); ++w) {
     const WorkerCost& wc = c.workers[w];
     ws.push_back(absl::StrFormat(
         "{\"worker\":%d,\"busy_seconds\":%.9g,\"idle_seconds\":%.9g,\"busy_units\":%.6g,"
-        "\"compute_ops\":%d,\"bytes_sent\":%d,\"bytes_received\":%d,\"peak_buffer_bytes\":%d}",
+        "\"compute_ops\":%d,\"bytes_sent\":%d,\"bytes_received\":%d,\"peak_buffer_bytes\":%d%s}",
         static_cast<int>(w), wc.busy_seconds, wc.idle_seconds, wc.work_units, wc.compute_ops,
         wc.bytes_sent,
-        wc.bytes_received, w < peak.size() ? peak[w] : 0));
+        wc.bytes_received, w < peak.size() ? peak[w] : 0,
+        heads && w < plan.workers.size() ? HeadsJson(plan.workers[w]) : std::string()));
   }
   return absl::StrFormat(
       "{\"steps\":%d,\"makespan_seconds\":%.9g,\"ideal_seconds\":%.9g,\"makespan_ratio\":%.9g,"
@@ -84,7 +109,8 @@ std::string FormatSteps(const Plan& plan, bool backward) {
     const WorkerPlan& wp = plan.workers[w];
     std::vector<std::string> owned;
     for (const RowRange& r : wp.owned) owned.push_back(R(r));
-    absl::StrAppend(&out, "worker ", w, " owns ", absl::StrJoin(owned, " "), "\n");
+    absl::StrAppend(&out, "worker ", w, " owns ", absl::StrJoin(owned, " "),
+                    wp.kv_heads.empty() ? std::string() : HeadsText(wp), "\n");
     const auto& pass = backward ? wp.backward : wp.forward;
     for (size_t t = 0; t < pass.size(); ++t) {
       std::vector<std::string> parts;
@@ -104,8 +130,8 @@ std::string FormatCost(const Plan& plan, const PlanCost& cost, const CheckReport
   std::string out = absl::StrCat("schedule ", plan.schedule, ", ", plan.num_workers(),
                                  " workers, seq_len ", plan.seq_len,
                                  plan.causal ? ", causal" : ", full", "; CheckPlan: OK\n");
-  absl::StrAppend(&out, PassTable("forward", cost.forward, check.peak_forward_bytes));
-  absl::StrAppend(&out, PassTable("backward", cost.backward, check.peak_backward_bytes));
+  absl::StrAppend(&out, PassTable("forward", cost.forward, check.peak_forward_bytes, plan));
+  absl::StrAppend(&out, PassTable("backward", cost.backward, check.peak_backward_bytes, plan));
   return out;
 }
 
@@ -119,14 +145,15 @@ std::string FormatJson(const Plan& plan, const PlanCost& cost, const CheckReport
       plan.schedule, plan.num_workers(), plan.seq_len, plan.causal ? "true" : "false",
       cost.forward.makespan_ratio, cost.forward.compute_makespan_ratio,
       cost.backward.makespan_ratio, check.max_peak_bytes,
-      PassJson(cost.forward, check.peak_forward_bytes),
-      PassJson(cost.backward, check.peak_backward_bytes));
+      PassJson(cost.forward, check.peak_forward_bytes, plan),
+      PassJson(cost.backward, check.peak_backward_bytes, plan));
   if (with_steps) {
     std::vector<std::string> ws;
     for (const WorkerPlan& w : plan.workers) {
       std::vector<std::string> owned;
       for (const RowRange& r : w.owned) owned.push_back(absl::StrCat("[", r.begin, ",", r.end, "]"));
-      ws.push_back(absl::StrCat("{\"owned\":[", absl::StrJoin(owned, ","), "],\"forward\":",
+      ws.push_back(absl::StrCat("{\"owned\":[", absl::StrJoin(owned, ","), "]",
+                                w.kv_heads.empty() ? std::string() : HeadsJson(w), ",\"forward\":",
                                 StepsJson(w.forward), ",\"backward\":", StepsJson(w.backward), "}"));
     }
     absl::StrAppend(&out, ",\"plan\":[", absl::StrJoin(ws, ","), "]");

@@ -211,9 +211,11 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
       return absl::InvalidArgumentError(absl::StrCat(
           "schedule zigzag needs seq_len >= 2*workers (", 2 * r.workers, "), got ", r.seq_len));
     }
-  } else if (r.schedule != "ring" && r.schedule != "balanced") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "schedule: unknown '", r.schedule, "' (expected ring, distflash, zigzag or balanced)"));
+  } else if (r.schedule != "ring" && r.schedule != "balanced" && r.schedule != "heads" &&
+             r.schedule != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule: unknown '", r.schedule,
+                     "' (expected ring, distflash, zigzag, balanced, heads or auto)"));
   }
   return absl::OkStatus();
 }
@@ -225,6 +227,12 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
   if (request.schedule == "distflash") plan = MakeDistFlashPlan(request);
   if (request.schedule == "zigzag") plan = MakeZigzagPlan(request);
   if (request.schedule == "balanced") plan = MakeBalancedPlan(request);
+  if (request.schedule == "heads") plan = MakeHeadsPlan(request);
+  if (request.schedule == "auto") plan = MakeAutoPlan(request);
+  if (plan.workers.empty()) {
+    return absl::InternalError(absl::StrCat("schedule ", request.schedule, " made no plan for ",
+                                            request.workers, " workers"));
+  }
   planner_internal::EqualizeSteps(plan);
   if (!HasBackwardSteps(plan)) DeriveBackwardSteps(plan);
   return plan;

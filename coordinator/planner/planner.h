@@ -16,6 +16,15 @@
 //             (P >= 16) 2-D tiled plans (MakeTiledPlan); profile "cpu", when no candidate is
 //             within kBalanceTarget, also the forward of one candidate with the backward of
 //             another of the same layout (planner_internal::TakeBackwardFrom).
+//   heads     head groups (plan.h "Head groups", DeepSpeed-Ulysses style): g groups of P/g
+//             consecutive workers, g = the largest divisor of P with g <= kv_heads, each group
+//             holding a share of the kv heads (proportional to its summed speed, >= 1 each) and
+//             running the "balanced" plan of its local shape over all rows; no traffic between
+//             groups (P = g: none at all). P = 1 or kv_heads = 1: the balanced plan, unsplit.
+//             Needs the real shape in PlanRequest::shape (its kv_heads decide the split).
+//   auto      the least forward + backward makespan under the request's profile (cost_model.h;
+//             cpu: with kSearchOpOverheadSeconds per op) of "balanced" and "heads" with every
+//             group count g | P, 2 <= g <= kv_heads; the plan keeps the chosen one's name.
 // Backward steps are derived from the forward ones unless the schedule made its own (the
 // K/V-stationary ring backwards; MakePlan keeps those) (same routing: kQ -> kGradIn,
 // kOutPartial -> kDqPartial, plus a kDkvPartial back to the K/V owner after the last use of
@@ -50,8 +59,9 @@ struct PlanRequest {
   // per-op overhead and merge traffic, i.e. the true expected time; ring, zigzag and distflash
   // are candidates too). Other schedules ignore it.
   std::string profile = "cpu";
-  // The session's per-token shape, used by "balanced" to cost candidates. The default is the
-  // reference shape the search has always used (32 heads of 128, bf16).
+  // The session's per-token shape, used by "balanced" to cost candidates, and by "heads" and
+  // "auto" to split the kv heads. The default is the reference shape the search has always
+  // used (32 heads of 128, bf16).
   AttentionShape shape{1, 32, 32, 128, DType::kBF16};
 };
 
@@ -71,6 +81,17 @@ Plan MakeZigzagPlan(const PlanRequest& request);
 // plans and (P >= 32, unequal speeds, profile cpu) speed-grouped tiled plans. Returns a plan with its backward steps when it tuned them (else MakePlan derives them).
 Plan MakeBalancedPlan(const PlanRequest& request);
 Plan MakeSpeedProportionalPlan(const PlanRequest& request);
+// "heads" (heads_schedule.cc) with HeadGroupCount(request) groups, or with `groups` groups
+// (groups must divide workers and be <= kv_heads; otherwise, and for groups <= 1, the balanced
+// plan with every worker holding all heads). Head ranges are set only when groups > 1. Returns a
+// plan with its backward steps, or one with no workers if a group's sub-plan failed (never for a
+// validated request).
+Plan MakeHeadsPlan(const PlanRequest& request);
+Plan MakeHeadsPlan(const PlanRequest& request, int groups);
+// The largest divisor g of request.workers with g <= request.shape.kv_heads (1: no split).
+int HeadGroupCount(const PlanRequest& request);
+// "auto": the cheaper of "balanced" and the head splits (see above).
+Plan MakeAutoPlan(const PlanRequest& request);
 // The striped ring (striped_ring_schedule.cc): worker w owns a front row range and its mirror
 // back range sized by its speed, cut into pieces[w] (>= 1) K/V pieces that travel the ring.
 // Needs seq_len >= 2 * (sum of pieces) for every piece to have rows in both halves.

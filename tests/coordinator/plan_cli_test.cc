@@ -82,6 +82,32 @@ TEST(PlanCommandTest, TextPrintsStepsBusyIdleAndBytes) {
   }
 }
 
+// --schedule heads prints each worker's kv head range (text and JSON); --schedule auto picks
+// heads where it is cheaper (GPU profile, 16K, P = 2) and names the schedule it picked.
+TEST(PlanCommandTest, HeadsAndAutoPrintTheHeadRanges) {
+  Result t = RunPlan({"--workers", "4", "--seq", "1000", "--heads", "8", "--kv-heads", "2",
+                      "--schedule", "heads"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("schedule heads"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("owns [0,"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("kv_heads [0,1)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("kv_heads [1,2)"), std::string::npos) << t.out;
+  Result j = RunPlan({"--workers", "2", "--seq", "4096", "--schedule", "heads", "--json",
+                      "--steps"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_NE(j.out.find("\"kv_heads\":[0,16]"), std::string::npos) << j.out.substr(0, 400);
+  EXPECT_NE(j.out.find("\"kv_heads\":[16,32]"), std::string::npos);
+  EXPECT_EQ(JsonNumber(j.out, "bytes_sent"), 0);
+  Result a = RunPlan({"--workers", "2", "--seq", "16384", "--schedule", "auto", "--profile",
+                      "gpu", "--json"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_NE(a.out.find("\"schedule\":\"heads\""), std::string::npos) << a.out.substr(0, 200);
+  // Plans of the other schedules print no head ranges.
+  Result r = RunPlan({"--workers", "2", "--seq", "4096", "--schedule", "ring", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("kv_heads"), std::string::npos);
+}
+
 TEST(PlanCommandTest, BadInputGivesAClearErrorAndNonZeroExit) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--workers", "0", "--seq", "8", "--schedule", "ring"}, "--workers"},
@@ -96,6 +122,10 @@ TEST(PlanCommandTest, BadInputGivesAClearErrorAndNonZeroExit) {
       {{"--workers", "2", "--seq", "8", "--schedule", "balanced", "--speeds", "1,0"}, "speeds"},
       {{"--workers", "2", "--seq"}, "needs a value"},
       {{"--workers", "2", "--seq", "8", "--schedule", "ring", "--profile", "tpu"}, "--profile"},
+      {{"--workers", "2", "--seq", "8", "--schedule", "head"}, "heads or auto"},
+      {{"--workers", "2", "--seq", "8", "--heads", "6", "--kv-heads", "4", "--schedule", "heads"},
+       "multiple"},
+      {{"--workers", "4", "--seq", "3", "--schedule", "auto"}, "seq_len"},
   };
   for (const auto& [args, want] : cases) {
     Result r = RunPlan(args);

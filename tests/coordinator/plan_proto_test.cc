@@ -13,7 +13,7 @@ bool SamePlan(const Plan& a, const Plan& b) {
   }
   for (int w = 0; w < a.num_workers(); ++w) {
     const WorkerPlan &x = a.workers[w], &y = b.workers[w];
-    if (x.owned != y.owned || x.forward.size() != y.forward.size() ||
+    if (x.owned != y.owned || x.kv_heads != y.kv_heads || x.forward.size() != y.forward.size() ||
         x.backward.size() != y.backward.size()) {
       return false;
     }
@@ -80,6 +80,36 @@ TEST(PlanProtoTest, LeadRoundTripsAndForwardingTooEarlyIsRefused) {
   const absl::Status st = CheckPlan(bad).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("post step"), absl::string_view::npos) << st;
+}
+
+// Head groups travel: every worker's kv head range comes back; plans without ranges stay
+// without (no kv_heads field set).
+TEST(PlanProtoTest, KvHeadsRoundTrip) {
+  PlanRequest r{"heads", 4, 1000, true, {}};
+  r.shape = AttentionShape{1, 8, 4, 64, DType::kBF16};
+  auto plan = MakePlan(r);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  v1::Plan proto;
+  PlanToProto(*plan, &proto);
+  EXPECT_TRUE(proto.workers(3).has_kv_heads());
+  auto back = PlanFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SamePlan(*plan, *back));
+  EXPECT_EQ(back->workers[0].kv_heads, (HeadRange{0, 1}));
+  EXPECT_EQ(back->workers[3].kv_heads, (HeadRange{3, 4}));
+  CheckOptions check;
+  check.shape = r.shape;
+  EXPECT_TRUE(CheckPlan(*back, check).ok()) << CheckPlan(*back, check).status();
+
+  auto ring = MakePlan({"ring", 2, 100, true, {}});
+  PlanToProto(*ring, &proto);
+  EXPECT_FALSE(proto.workers(0).has_kv_heads());
+  proto.mutable_workers(1)->mutable_kv_heads()->set_begin(3);
+  proto.mutable_workers(1)->mutable_kv_heads()->set_end(2);
+  auto bad = PlanFromProto(proto);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("workers[1].kv_heads"), absl::string_view::npos)
+      << bad.status();
 }
 
 TEST(PlanProtoTest, RejectsBadFieldsByName) {

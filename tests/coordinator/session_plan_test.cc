@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "coordinator/planner/planner.h"
+#include "coordinator/session_memory.h"
 #include "gtest/gtest.h"
 
 namespace dfa {
@@ -59,6 +60,32 @@ TEST(SessionPlanTest, CudaWorkersGetTheGpuProfilesPlan) {
   }
   EXPECT_EQ(MaxForwardOps(gpu->plan), most);
   ASSERT_EQ(gpu->bytes_per_rank.size(), 2u);
+}
+
+// "heads": each rank holds all rows of half the heads, its bytes count only those heads;
+// "auto" picks it for cuda workers at 16K; unknown names are refused naming the field.
+TEST(SessionPlanTest, HeadsSplitsTheHeadsAndCountsTheLocalBytes) {
+  const v1::AttentionSpec spec = Spec(16384);
+  for (const char* schedule : {"heads", "auto"}) {
+    absl::StatusOr<SessionPlan> p = MakeSessionPlan(spec, schedule, {1, 1}, "cuda");
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->plan.schedule(), "heads") << schedule;
+    ASSERT_EQ(p->plan.workers_size(), 2);
+    v1::AttentionSpec half = spec;
+    half.set_q_heads(16);
+    half.set_kv_heads(16);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(p->plan.workers(r).kv_heads().begin(), 16 * r);
+      EXPECT_EQ(p->plan.workers(r).kv_heads().end(), 16 * r + 16);
+      EXPECT_EQ(p->bytes_per_rank[r], SessionBytes(half, 16384, 0)) << r;
+    }
+  }
+  absl::StatusOr<SessionPlan> cpu = MakeSessionPlan(spec, "heads", {1, 1}, "cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE(cpu->plan.workers(1).has_kv_heads());
+  absl::StatusOr<SessionPlan> bad = MakeSessionPlan(spec, "ulysses", {1, 1}, "cuda");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("schedule"), absl::string_view::npos) << bad.status();
 }
 
 }  // namespace

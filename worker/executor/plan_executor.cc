@@ -631,6 +631,14 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     return absl::InvalidArgumentError(absl::StrCat("worker ", rank_,
                                                    ": the session's owned rows differ from the plan's"));
   }
+  // A head-split worker (plan.h "Head groups") runs at its local heads: its storage must hold
+  // exactly its range's kv heads (buffers and messages are sized from the storage's shape).
+  const HeadRange& heads = plan_.workers[rank_].kv_heads;
+  if (!heads.empty() && heads.size() != shape_.kv_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", rank_, ": the plan's kv_heads [", heads.begin, ", ", heads.end, ") are ",
+        heads.size(), " heads, the session's storage holds ", shape_.kv_heads));
+  }
   scale_ = opt_.softmax_scale > 0 ? opt_.softmax_scale
                                   : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
   stream_ = opt_.compute_stream;

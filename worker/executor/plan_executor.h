@@ -32,7 +32,11 @@
 // Threads: one executor is used by one thread at a time. backend, transport and storage are not
 // owned and must outlive every call. Cancellation: set *options.cancel (checked before every
 // step) or call Transport::Abort() from any thread; the pass then returns CANCELLED.
-// Errors: INVALID_ARGUMENT when the plan does not fit this worker (wrong owned ranges, a compute
+// Head groups (plan.h): a worker with a kv head range runs at the storage's shape, which must
+// hold exactly that range's heads (the local shape, LocalShape); nothing is compared with the
+// session's global head counts. Its peers are global ranks of its own head group.
+// Errors: INVALID_ARGUMENT when the plan does not fit this worker (wrong owned ranges or head
+// count, a compute
 // on data it does not hold, ...), the backend's or transport's status otherwise. After an error
 // the storage's outputs are unspecified.
 #pragma once

@@ -8,14 +8,18 @@
 namespace dfa {
 namespace {
 
-TensorView Global(const std::vector<float>& data, const SessionShape& s, int64_t seq, int heads) {
+// Heads [h0, h0 + n) of a whole-sequence [B, S, heads, D] tensor (strided rows).
+TensorView Global(const std::vector<float>& data, const SessionShape& s, int64_t seq, int heads,
+                  int h0, int n) {
   TensorView v;
-  v.data = const_cast<float*>(data.data());
+  v.data = const_cast<float*>(data.data()) + int64_t{h0} * s.head_dim;
   v.dtype = DType::kF32;
   v.batch = s.batch;
   v.rows = seq;
-  v.heads = heads;
+  v.heads = n;
   v.head_dim = s.head_dim;
+  v.row_stride = int64_t{heads} * s.head_dim;
+  v.batch_stride = seq * v.row_stride;
   return v;
 }
 
@@ -38,35 +42,46 @@ absl::Status RunWorker(const Plan& plan, const SessionShape& shape, const Simula
   BackendOptions bo;
   bo.num_threads = opt.threads_per_worker;
   ASSIGN_OR_RETURN(std::unique_ptr<AttentionBackend> backend, CreateBackend(opt.backend, bo));
+  // The worker's head slice (plan.h "Head groups"): kv heads [k0, k0 + nk), q heads [q0, q0 + nq).
+  const HeadRange heads = WorkerKvHeads(plan.workers[w], shape.kv_heads);
+  const int per_kv = shape.q_heads / shape.kv_heads;
+  const int k0 = heads.begin, nk = heads.size(), q0 = k0 * per_kv, nq = nk * per_kv;
+  SessionShape local = shape;
+  local.kv_heads = nk;
+  local.q_heads = nq;
   ASSIGN_OR_RETURN(std::unique_ptr<SessionStorage> st,
-                   SessionStorage::Create(backend.get(), shape, plan.workers[w].owned));
+                   SessionStorage::Create(backend.get(), local, plan.workers[w].owned));
   const int64_t S = plan.seq_len;
   const int hq = shape.q_heads, hk = shape.kv_heads;
-  RETURN_IF_ERROR(Move(*backend, Global(in.q, shape, S, hq), st->q(), *st, true));
-  RETURN_IF_ERROR(Move(*backend, Global(in.k, shape, S, hk), st->k(), *st, true));
-  RETURN_IF_ERROR(Move(*backend, Global(in.v, shape, S, hk), st->v(), *st, true));
+  RETURN_IF_ERROR(Move(*backend, Global(in.q, shape, S, hq, q0, nq), st->q(), *st, true));
+  RETURN_IF_ERROR(Move(*backend, Global(in.k, shape, S, hk, k0, nk), st->k(), *st, true));
+  RETURN_IF_ERROR(Move(*backend, Global(in.v, shape, S, hk, k0, nk), st->v(), *st, true));
   ExecutorOptions eo;
   eo.softmax_scale = opt.softmax_scale;
   eo.step_timeout = opt.step_timeout;
   PlanExecutor ex(backend.get(), transport.get(), st.get(), eo);
   ASSIGN_OR_RETURN(out->forward[w], ex.RunForward(plan));
-  RETURN_IF_ERROR(Move(*backend, Global(out->out, shape, S, hq), st->o(), *st, false));
-  // LSE: [B, Hq, S] global from [B, Hq, rows] local, range by range.
+  RETURN_IF_ERROR(Move(*backend, Global(out->out, shape, S, hq, q0, nq), st->o(), *st, false));
+  // LSE: [B, Hq, S] global from [B, nq, rows] local, range by range.
   int64_t at = 0;
   for (const RowRange& r : st->owned()) {
-    for (int64_t bh = 0; bh < int64_t{shape.batch} * hq; ++bh) {
-      for (int64_t i = 0; i < r.size(); ++i) {
-        out->lse[bh * S + r.begin + i] = st->lse().data[bh * st->rows() + at + i];
+    for (int b = 0; b < shape.batch; ++b) {
+      for (int h = 0; h < nq; ++h) {
+        const int64_t global = (int64_t{b} * hq + q0 + h) * S + r.begin;
+        const int64_t local_row = (int64_t{b} * nq + h) * st->rows() + at;
+        for (int64_t i = 0; i < r.size(); ++i) {
+          out->lse[global + i] = st->lse().data[local_row + i];
+        }
       }
     }
     at += r.size();
   }
   if (in.dout.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Move(*backend, Global(in.dout, shape, S, hq), st->dout(), *st, true));
+  RETURN_IF_ERROR(Move(*backend, Global(in.dout, shape, S, hq, q0, nq), st->dout(), *st, true));
   ASSIGN_OR_RETURN(out->backward[w], ex.RunBackward(plan));
-  RETURN_IF_ERROR(Move(*backend, Global(out->dq, shape, S, hq), st->dq(), *st, false));
-  RETURN_IF_ERROR(Move(*backend, Global(out->dk, shape, S, hk), st->dk(), *st, false));
-  RETURN_IF_ERROR(Move(*backend, Global(out->dv, shape, S, hk), st->dv(), *st, false));
+  RETURN_IF_ERROR(Move(*backend, Global(out->dq, shape, S, hq, q0, nq), st->dq(), *st, false));
+  RETURN_IF_ERROR(Move(*backend, Global(out->dk, shape, S, hk, k0, nk), st->dk(), *st, false));
+  RETURN_IF_ERROR(Move(*backend, Global(out->dv, shape, S, hk, k0, nk), st->dv(), *st, false));
   return absl::OkStatus();
 }
 
@@ -86,6 +101,14 @@ absl::StatusOr<SimulationResult> Simulate(const Plan& plan, const SessionShape& 
   if (in.v.size() != nk) return absl::InvalidArgumentError(absl::StrCat("inputs.v: ", in.v.size(), " values, expected ", nk));
   if (!in.dout.empty() && in.dout.size() != nq) {
     return absl::InvalidArgumentError(absl::StrCat("inputs.dout: ", in.dout.size(), " values, expected ", nq));
+  }
+  for (int w = 0; w < P; ++w) {
+    const HeadRange h = plan.workers[w].kv_heads;
+    if (!h.empty() && (h.begin < 0 || h.end > shape.kv_heads)) {
+      return absl::InvalidArgumentError(absl::StrCat("plan.workers[", w, "].kv_heads [", h.begin,
+                                                     ", ", h.end, ") outside [0, ",
+                                                     shape.kv_heads, ") (shape.kv_heads)"));
+    }
   }
   SimulationResult res;
   res.out.assign(nq, 0.f);

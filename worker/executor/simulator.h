@@ -1,7 +1,9 @@
 // The simulator: executes a whole Plan in one process, one thread per worker, each with its own
 // PlanExecutor, SessionStorage and backend, connected by an InprocTransport hub. Forward, then
 // backward. Used by the tests to prove plans exact against single-device attention, and by
-// benchmarks. Requires a host-memory backend ("cpu").
+// benchmarks. Requires a host-memory backend ("cpu"). Head-split plans (plan.h "Head groups"):
+// each worker gets its head slice of the global Q, K, V, dO (a storage of its local shape) and
+// writes back its slice of the outputs and gradients.
 #pragma once
 
 #include <string>
@@ -35,7 +37,8 @@ struct SimulationOptions {
   absl::Duration step_timeout = absl::Seconds(60);
 };
 
-// INVALID_ARGUMENT for inputs of the wrong size or a bad shape; the first worker's error otherwise.
+// INVALID_ARGUMENT for inputs of the wrong size, a bad shape or a worker's kv head range outside
+// shape.kv_heads; the first worker's error otherwise.
 absl::StatusOr<SimulationResult> Simulate(const Plan& plan, const SessionShape& shape,
                                           const SimulationInputs& inputs,
                                           const SimulationOptions& options = {});
