@@ -112,8 +112,8 @@ double MemcpyRate(int64_t bytes, int repeats) {
 // Data-plane rates: upload and download through gRPC and shared memory, one worker's shard and
 // all workers in parallel, each line best of `repeats`, beside memcpy measured in this run.
 // CPU s/GB counts this process (client) and, when their pids are known, the workers.
-absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib, int repeats,
-                            const std::vector<pid_t>& worker_pids) {
+absl::Status BenchTransfers(client::Client* c, int workers, const std::string& schedule,
+                            int64_t mib, int repeats, const std::vector<pid_t>& worker_pids) {
   std::printf("\n== client data plane (%lld MiB per tensor; streams to workers in parallel) ==\n",
               static_cast<long long>(mib));
   // Rows of 8 KiB (32 heads x 128 x bf16) and 512-token ranges per worker and batch index, so
@@ -129,7 +129,9 @@ absl::Status BenchTransfers(client::Client* c, int workers, int64_t mib, int rep
   spec.set_dtype(v1::DTYPE_BF16);
   spec.set_causal(true);
   so.num_workers = workers;
+  so.schedule = schedule;  // "heads": each worker's shard is a head slice of every row
   ASSIGN_OR_RETURN(auto session, c->CreateSession(so));
+  std::printf("session schedule %s\n", session->info().plan().schedule().c_str());
   ASSIGN_OR_RETURN(client::HostTensor q, client::MakeTensor(spec, v1::TENSOR_Q));
   client::FillRandom(11, &q);
   // memcpy is measured before and after the transfers and the better figure kept: on a shared
@@ -332,7 +334,8 @@ absl::Status Bench(Args& args) {
     for (int i = 0; i < workers; ++i) worker_pids.push_back(local->worker_process(i)->pid());
   }
   if (!skip_transfer) {
-    s = BenchTransfers(c.get(), workers, mib, static_cast<int>(transfer_repeat), worker_pids);
+    s = BenchTransfers(c.get(), workers, flags.session.schedule, mib,
+                       static_cast<int>(transfer_repeat), worker_pids);
   }
   if (s.ok() && !skip_attention) {
     s = BenchAttention(c.get(), flags, !forward_only, static_cast<int>(repeat), !skip_single,
