@@ -9,6 +9,8 @@
 // moves nothing between workers: one S x S unit per pass (docs/planner.md, "Head groups").
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <utility>
 
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/plan_builder.h"
@@ -72,6 +74,8 @@ Plan MakeHeadsPlan(const PlanRequest& r, int groups) {
   plan.seq_len = r.seq_len;
   plan.causal = r.causal;
   plan.workers.resize(r.workers);
+  // Groups with the same speeds and head count get the same sub-plan: searched once.
+  std::map<std::pair<int, std::vector<double>>, Plan> made;
   int head = 0;
   for (int i = 0; i < groups; ++i) {
     const int base = i * per_group;
@@ -82,10 +86,15 @@ Plan MakeHeadsPlan(const PlanRequest& r, int groups) {
     }
     sub.shape.kv_heads = counts[i];
     sub.shape.q_heads = counts[i] * q_per_kv;
-    absl::StatusOr<Plan> part = MakePlan(sub);
-    if (!part.ok()) return Plan{};
+    auto [it, added] = made.try_emplace({counts[i], sub.speeds});
+    if (added) {
+      absl::StatusOr<Plan> part = MakePlan(sub);
+      if (!part.ok()) return Plan{};
+      it->second = *std::move(part);
+    }
+    const Plan& part = it->second;
     for (int k = 0; k < per_group; ++k) {
-      WorkerPlan w = std::move(part->workers[k]);
+      WorkerPlan w = part.workers[k];
       w.kv_heads = HeadRange{head, head + counts[i]};
       for (auto* pass : {&w.forward, &w.backward}) {
         for (PlanStep& s : *pass) {
