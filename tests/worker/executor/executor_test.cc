@@ -51,6 +51,36 @@ TEST(PlanExecutorTest, RejectsStorageThatDoesNotMatchThePlan) {
   EXPECT_EQ(ex.RunForward(*plan).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A head-split worker's storage must hold exactly its plan's kv heads (plan.h "Head groups");
+// the simulator refuses a range outside the session's heads.
+TEST(PlanExecutorTest, RejectsStorageWithOtherHeadsThanThePlan) {
+  auto backend = Cpu();
+  PlanRequest r{"heads", 2, 16, true, {}};
+  r.shape = AttentionShape{1, 4, 2, 8, DType::kF32};
+  auto plan = MakePlan(r);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->workers[1].kv_heads, (HeadRange{1, 2}));
+  auto hub = *CreateInprocHub(2);
+  auto t = *CreateInprocTransport(hub, 1);
+  // All heads (2 kv heads) where the plan gives worker 1 one.
+  auto st = *SessionStorage::Create(backend.get(), SessionShape{1, 4, 2, 8, DType::kF32}, {{0, 16}});
+  PlanExecutor ex(backend.get(), t.get(), st.get());
+  const absl::Status s = ex.RunForward(*plan).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("worker 1: the plan's kv_heads [1, 2)"), absl::string_view::npos) << s;
+
+  SimulationInputs in;
+  in.q.assign(16 * 4 * 8, 0.5f);
+  in.k.assign(16 * 2 * 8, 0.5f);
+  in.v.assign(16 * 2 * 8, 0.5f);
+  Plan wide = *plan;
+  wide.workers[1].kv_heads = {1, 3};
+  auto sim = Simulate(wide, SessionShape{1, 4, 2, 8, DType::kF32}, in);
+  EXPECT_EQ(sim.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(sim.status().message().find("plan.workers[1].kv_heads"), absl::string_view::npos)
+      << sim.status();
+}
+
 TEST(PlanExecutorTest, CancelFlagStopsThePass) {
   auto backend = Cpu();
   auto plan = MakePlan({"ring", 2, 16, true, {}});
