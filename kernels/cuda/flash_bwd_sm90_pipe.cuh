@@ -31,7 +31,12 @@
 //   (a causal CTA's work falls with its key block), so the last wave holds the short tiles; the
 //   hardware dispatches CTAs in linear block order. 0 = grid order (key blocks fastest). Chunks
 //   rather than one global list keep the Q / dO / dq rows of a few heads hot in L2 (H200, 16K
-//   causal: chunks of 4 heads as fast as grid order, one list of 32 heads 10% slower).
+//   causal: one list of 32 heads 12% slower than grid order). Default (Sm90BwdOrderChunk): chunks
+//   of 4 for grids under 16 waves (4K causal: +6%), grid order above (16K: its tail is short).
+// - Epilogue (`sched.epilogue`): dK, dV are added to global memory by float2 reductions (2,
+//   default: nothing waited for), by load-add-store with all loads of a row pair issued first (1),
+//   or per column pair (0: 32 dependent global round trips per thread at head dim 128, ~20 us
+//   per CTA).
 // - Per item the GEMMs are issued as S^T, dP^T | dV | (barrier) dQ, dK: the consumer waits for
 //   dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's order).
 // Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool).
@@ -43,6 +48,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/flash_bwd_sm90_epilogue.cuh"
 #include "kernels/cuda/flash_bwd_sm90_ws.cuh"  // kBwdDsBarrier, EncodeRowTensorMap
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/sm90_common.cuh"
@@ -60,6 +66,7 @@ struct BwdPipeMaps {
 struct BwdPipeSched {
   int start = 0;  // 0 together, 1 warpgroup 1 after warpgroup 0's first P^T, 2 after its dS^T
   int chunk = 0;  // causal tile order: 0 grid order, else longest-first in chunks of kv heads
+  int epilogue = 0;  // dK, dV +=: 0 load-add-store per pair, 1 loads batched, 2 float2 reductions
 };
 
 // How the two consumer warpgroups share dQ (see the file comment): kSplit (mode 1), kIndep
@@ -476,27 +483,8 @@ __global__ void __launch_bounds__(384, 1)
     MbarArrive(dq_full + cw);
   }
 
-  // dK, dV += (this CTA owns these rows exclusively).
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int nl = key_base + hf * 8;
-    if (nl >= n_valid) continue;
-    float* dk =
-        p.dk + b * p.dk_batch_stride + (n_begin + nl) * p.dk_row_stride + int64_t{hk} * kD + 2 * t;
-    float* dv =
-        p.dv + b * p.dv_batch_stride + (n_begin + nl) * p.dv_row_stride + int64_t{hk} * kD + 2 * t;
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
-      float2 k2 = *reinterpret_cast<float2*>(dk + dt * 8);
-      float2 v2 = *reinterpret_cast<float2*>(dv + dt * 8);
-      k2.x += acc_dk[4 * dt + 2 * hf] * p.scale;
-      k2.y += acc_dk[4 * dt + 2 * hf + 1] * p.scale;
-      v2.x += acc_dv[4 * dt + 2 * hf];
-      v2.y += acc_dv[4 * dt + 2 * hf + 1];
-      *reinterpret_cast<float2*>(dk + dt * 8) = k2;
-      *reinterpret_cast<float2*>(dv + dt * 8) = v2;
-    }
-  }
+  // dK, dV += (this CTA owns these rows exclusively), as sched.epilogue says.
+  AddDkDvRows<kD>(p, acc_dk, acc_dv, hk, b, n_begin, n_valid, key_base, t, sched.epilogue);
 #else
   __trap();  // only the sm_90a build carries this kernel; the launcher never picks it elsewhere
 #endif
@@ -553,11 +541,12 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream)
   auto launch = [&](auto kernel, int smem, int offset) {
     BwdPipeSched sched;
     sched.start = forced_start >= 0 ? forced_start : offset;
-    sched.chunk = Sm90BwdOrderChunk();
+    const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
+    sched.chunk = Sm90BwdOrderChunk(p.causal, int64_t{grid.x} * grid.y * grid.z);
+    sched.epilogue = Sm90BwdEpilogue();
     cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
-    const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
     kernel<<<grid, 384, smem, stream>>>(p, maps, sched);
     return cudaGetLastError();
   };

@@ -26,6 +26,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/flash_bwd_sm90_epilogue.cuh"
 #include "kernels/cuda/flash_fwd_sm90_ws.cuh"  // EncodeRowTensorMap
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/sm90_common.cuh"
@@ -322,27 +323,8 @@ __global__ void __launch_bounds__(384, 1)
     flush_dq(acc_dq, item);
   }
 
-  // dK, dV += (this CTA owns these rows exclusively).
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int nl = key_base + hf * 8;
-    if (nl >= n_valid) continue;
-    float* dk =
-        p.dk + b * p.dk_batch_stride + (n_begin + nl) * p.dk_row_stride + int64_t{hk} * kD + 2 * t;
-    float* dv =
-        p.dv + b * p.dv_batch_stride + (n_begin + nl) * p.dv_row_stride + int64_t{hk} * kD + 2 * t;
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
-      float2 k2 = *reinterpret_cast<float2*>(dk + dt * 8);
-      float2 v2 = *reinterpret_cast<float2*>(dv + dt * 8);
-      k2.x += acc_dk[4 * dt + 2 * hf] * p.scale;
-      k2.y += acc_dk[4 * dt + 2 * hf + 1] * p.scale;
-      v2.x += acc_dv[4 * dt + 2 * hf];
-      v2.y += acc_dv[4 * dt + 2 * hf + 1];
-      *reinterpret_cast<float2*>(dk + dt * 8) = k2;
-      *reinterpret_cast<float2*>(dv + dt * 8) = v2;
-    }
-  }
+  // dK, dV += (this CTA owns these rows exclusively); loads batched (flash_bwd_sm90_epilogue.cuh).
+  AddDkDvRows<kD>(p, acc_dk, acc_dv, hk, b, n_begin, n_valid, key_base, t, kBwdEpilogueBatched);
 #else
   __trap();  // only the sm_90a build carries this kernel; the launcher never picks it elsewhere
 #endif

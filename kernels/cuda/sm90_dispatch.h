@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdlib>
 
 namespace dfa::cuda {
@@ -94,21 +95,57 @@ inline int Sm90BwdPipeMode(int head_dim) {
   return head_dim == 128 ? kSm90BwdPipeDefaultHdim128 : kSm90BwdPipeDefaultHdim64;
 }
 
+// Number of SMs of the current device (0 when unknown). Cached per device (up to 64);
+// thread-safe (idempotent writes of the same value).
+inline int Sm90SmCount() {
+  static int cached[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  if (cached[dev] == 0) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+    cached[dev] = sms;
+  }
+  return cached[dev];
+}
+
 // Tile order of the pipe backward for causal masks (flash_bwd_sm90_pipe.cuh, BwdPipeSched):
 // 0 = grid order (key blocks fastest), N > 0 = longest-first in chunks of N kv heads (x batch).
-// DFA_CUDA_BWD_ORDER=N forces one (0..999), unset gives kSm90BwdOrderChunkDefault. Default 4
-// from the H200 run of session 12 (bf16, 32 heads, bwd TFLOP/s, 5 runs each, both passed
-// cuda_backend_test and the 16 SDPA cases): 4K causal D=128 368 vs 347 for grid order, D=64 255
-// vs 241; 16K causal unchanged (459.8 vs 458.0 mean); one global list (32) 408 at 16K (L2).
-inline constexpr int kSm90BwdOrderChunkDefault = 4;
-inline int Sm90BwdOrderChunk() {
-  static const int chunk = [] {
+// DFA_CUDA_BWD_ORDER=N forces one (0..999) for every launch; unset: chunks of
+// kSm90BwdOrderChunk when the causal grid has fewer than kSm90BwdOrderMaxWaves CTAs per SM, else
+// grid order. From the H200 runs of session 12 (bf16, 32 heads, bwd TFLOP/s, means of 8-9 runs
+// per GPU; all passed cuda_backend_test and the 16 SDPA cases): 4K causal (7.8 CTAs per SM) D=128
+// 404 with chunks of 4 vs 380 in grid order; 16K causal (31 per SM) 469 vs 474, i.e. grid order
+// at least as fast there (its tail is already short: list-scheduling model 99.6%); one global
+// list (32) 408 at 16K (L2); D=64 64K causal 325 (chunks) vs 349 (grid, single runs).
+inline constexpr int kSm90BwdOrderChunk = 4;
+inline constexpr int kSm90BwdOrderMaxWaves = 16;
+inline int Sm90BwdOrderChunk(bool causal, int64_t ctas) {
+  static const int forced = [] {
     const char* e = std::getenv("DFA_CUDA_BWD_ORDER");
-    if (e == nullptr || e[0] == '\0') return kSm90BwdOrderChunkDefault;
+    if (e == nullptr || e[0] == '\0') return -1;
     const int v = std::atoi(e);
-    return v >= 0 && v < 1000 ? v : kSm90BwdOrderChunkDefault;
+    return v >= 0 && v < 1000 ? v : -1;
   }();
-  return chunk;
+  if (forced >= 0) return forced;
+  const int sms = Sm90SmCount();
+  return causal && sms > 0 && ctas < int64_t{kSm90BwdOrderMaxWaves} * sms ? kSm90BwdOrderChunk : 0;
+}
+
+// How the pipe backward adds its dK, dV tiles (BwdPipeSched::epilogue): 0 load, add, store per
+// column pair (a dependent global round trip each: 32 per thread at head dim 128), 1 all loads of
+// a row pair first, 2 float2 reductions (red.global.add, nothing waited for). DFA_CUDA_BWD_EPILOGUE
+// =0|1|2 forces one, unset gives kSm90BwdEpilogueDefault. Default 2 from the same H200 runs
+// (means of 8-9 runs per GPU, D=128, with chunks of 4): 4K causal 404 vs 370 for 0, 16K causal
+// 466 / 473 vs 458 / 469 for 0 (GPU 0 / 1); 1 measured the same as 2 (406 at 4K, 467 / 468 at 16K).
+inline constexpr int kSm90BwdEpilogueDefault = 2;
+inline int Sm90BwdEpilogue() {
+  static const int v = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_EPILOGUE");
+    if (e == nullptr || e[0] < '0' || e[0] > '2' || e[1] != '\0') return kSm90BwdEpilogueDefault;
+    return e[0] - '0';
+  }();
+  return v;
 }
 
 // Start offset of the pipe backward's second consumer warpgroup (BwdPipeSched::start):
