@@ -34,9 +34,9 @@ __device__ __forceinline__ void AddDkDvRows(const BwdParams& p, const float* acc
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #pragma unroll
       for (int dt = 0; dt < kD / 8; ++dt) {
-        atomicAdd(reinterpret_cast<float2*>(dk + dt * 8),
-                  make_float2(acc_dk[4 * dt + 2 * hf] * p.scale,
-                              acc_dk[4 * dt + 2 * hf + 1] * p.scale));
+        atomicAdd(
+            reinterpret_cast<float2*>(dk + dt * 8),
+            make_float2(acc_dk[4 * dt + 2 * hf] * p.scale, acc_dk[4 * dt + 2 * hf + 1] * p.scale));
         atomicAdd(reinterpret_cast<float2*>(dv + dt * 8),
                   make_float2(acc_dv[4 * dt + 2 * hf], acc_dv[4 * dt + 2 * hf + 1]));
       }

@@ -64,8 +64,8 @@ struct BwdPipeMaps {
 
 // Run-time scheduling switches of one pipe backward launch (see the file comment).
 struct BwdPipeSched {
-  int start = 0;  // 0 together, 1 warpgroup 1 after warpgroup 0's first P^T, 2 after its dS^T
-  int chunk = 0;  // causal tile order: 0 grid order, else longest-first in chunks of kv heads
+  int start = 0;     // 0 together, 1 warpgroup 1 after warpgroup 0's first P^T, 2 after its dS^T
+  int chunk = 0;     // causal tile order: 0 grid order, else longest-first in chunks of kv heads
   int epilogue = 0;  // dK, dV +=: 0 load-add-store per pair, 1 loads batched, 2 float2 reductions
 };
 

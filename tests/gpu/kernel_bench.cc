@@ -7,7 +7,8 @@
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
 // Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
 // -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, and with the kernel-variant switches
-// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5, -nopipe, -orderN, -startN, -epiN; see Main).
+// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5, -nopipe, -orderN, -startN, -epiN;
+// see Main).
 #include <cuda_runtime.h>
 
 #include <cmath>
