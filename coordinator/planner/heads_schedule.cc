@@ -1,8 +1,9 @@
 // Schedule "heads" (DeepSpeed-Ulysses-style head parallelism, plan.h "Head groups") and
 // schedule "auto" (the cheaper of "balanced" and "heads" under the request's cost profile).
 //
-// "heads": the P workers form g head groups of P/g consecutive workers (g = the largest divisor
-// of P with g <= kv_heads). Group i holds the key/value heads [h_i, h_i + n_i) (n_i >= 1, the
+// "heads": the P workers form g head groups of P/g workers (g = the largest divisor of P with
+// g <= kv_heads): consecutive workers, or, with unequal speeds when that evens the load better,
+// workers dealt by speed. Group i holds the key/value heads [h_i, h_i + n_i) (n_i >= 1, the
 // counts as equal as the speeds allow: each next head goes to the group with the least
 // (n + 1) / summed speed), and its P/g workers run the "balanced" sequence plan for the group's
 // local shape over all S rows. With P = g every worker holds all rows of its heads and the plan
@@ -31,6 +32,60 @@ std::vector<int> HeadCounts(int kv_heads, const std::vector<double>& group_speed
     ++n[best];
   }
   return n;
+}
+
+// The workers of each head group (ascending), the groups' kv head counts and the largest
+// heads / summed speed of a group (the compute bound the grouping gives).
+struct Grouping {
+  std::vector<std::vector<int>> members;
+  std::vector<int> counts;
+  double max_load = 0;
+};
+
+Grouping Finish(const PlanRequest& r, std::vector<std::vector<int>> members) {
+  Grouping g;
+  std::vector<double> speed(members.size(), 0);
+  for (size_t i = 0; i < members.size(); ++i) {
+    std::sort(members[i].begin(), members[i].end());
+    for (int w : members[i]) speed[i] += r.speeds.empty() ? 1.0 : r.speeds[w];
+  }
+  g.counts = HeadCounts(r.shape.kv_heads, speed);
+  for (size_t i = 0; i < members.size(); ++i) {
+    g.max_load = std::max(g.max_load, g.counts[i] / speed[i]);
+  }
+  g.members = std::move(members);
+  return g;
+}
+
+// Groups of consecutive workers (the default: a host's GPUs stay together).
+Grouping ConsecutiveGroups(const PlanRequest& r, int groups) {
+  const int per_group = r.workers / groups;
+  std::vector<std::vector<int>> members(groups);
+  for (int w = 0; w < r.workers; ++w) members[w / per_group].push_back(w);
+  return Finish(r, std::move(members));
+}
+
+// Unequal speeds: workers dealt fastest first to the group with the least summed speed that has
+// room, so that the groups' speeds (and head counts) come out as even as they can.
+Grouping SpeedDealtGroups(const PlanRequest& r, int groups) {
+  const int per_group = r.workers / groups;
+  std::vector<int> order(r.workers);
+  for (int w = 0; w < r.workers; ++w) order[w] = w;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return r.speeds[a] > r.speeds[b]; });
+  std::vector<std::vector<int>> members(groups);
+  std::vector<double> sum(groups, 0);
+  for (int w : order) {
+    int best = -1;
+    for (int i = 0; i < groups; ++i) {
+      if (static_cast<int>(members[i].size()) < per_group && (best < 0 || sum[i] < sum[best])) {
+        best = i;
+      }
+    }
+    members[best].push_back(w);
+    sum[best] += r.speeds[w];
+  }
+  return Finish(r, std::move(members));
 }
 
 // Forward + backward makespan under the request's profile; the cpu profile charges
@@ -63,11 +118,12 @@ Plan MakeHeadsPlan(const PlanRequest& r, int groups) {
     return *std::move(plan);
   }
   const int per_group = r.workers / groups;
-  std::vector<double> group_speeds(groups, 0);
-  for (int w = 0; w < r.workers; ++w) {
-    group_speeds[w / per_group] += r.speeds.empty() ? 1.0 : r.speeds[w];
+  Grouping grouping = ConsecutiveGroups(r, groups);
+  if (!r.speeds.empty()) {
+    Grouping dealt = SpeedDealtGroups(r, groups);
+    if (dealt.max_load < grouping.max_load * (1 - 1e-9)) grouping = std::move(dealt);
   }
-  const std::vector<int> counts = HeadCounts(r.shape.kv_heads, group_speeds);
+  const std::vector<int>& counts = grouping.counts;
   const int q_per_kv = r.shape.q_heads / r.shape.kv_heads;
   Plan plan;
   plan.schedule = "heads";
@@ -78,11 +134,12 @@ Plan MakeHeadsPlan(const PlanRequest& r, int groups) {
   std::map<std::pair<int, std::vector<double>>, Plan> made;
   int head = 0;
   for (int i = 0; i < groups; ++i) {
-    const int base = i * per_group;
+    const std::vector<int>& members = grouping.members[i];
     PlanRequest sub = balanced;
     sub.workers = per_group;
     if (!r.speeds.empty()) {
-      sub.speeds.assign(r.speeds.begin() + base, r.speeds.begin() + base + per_group);
+      sub.speeds.clear();
+      for (int m : members) sub.speeds.push_back(r.speeds[m]);
     }
     sub.shape.kv_heads = counts[i];
     sub.shape.q_heads = counts[i] * q_per_kv;
@@ -99,11 +156,11 @@ Plan MakeHeadsPlan(const PlanRequest& r, int groups) {
       for (auto* pass : {&w.forward, &w.backward}) {
         for (PlanStep& s : *pass) {
           for (auto* list : {&s.sends, &s.recvs}) {
-            for (Transfer& x : *list) x.peer += base;
+            for (Transfer& x : *list) x.peer = members[x.peer];
           }
         }
       }
-      plan.workers[base + k] = std::move(w);
+      plan.workers[members[k]] = std::move(w);
     }
     head += counts[i];
   }

@@ -17,7 +17,8 @@
 //             within kBalanceTarget, also the forward of one candidate with the backward of
 //             another of the same layout (planner_internal::TakeBackwardFrom).
 //   heads     head groups (plan.h "Head groups", DeepSpeed-Ulysses style): g groups of P/g
-//             consecutive workers, g = the largest divisor of P with g <= kv_heads, each group
+//             workers (consecutive; with unequal speeds dealt by speed when that evens the
+//             load), g = the largest divisor of P with g <= kv_heads, each group
 //             holding a share of the kv heads (proportional to its summed speed, >= 1 each) and
 //             running the "balanced" plan of its local shape over all rows; no traffic between
 //             groups (P = g: none at all). P = 1 or kv_heads = 1: the balanced plan, unsplit.

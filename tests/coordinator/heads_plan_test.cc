@@ -98,6 +98,26 @@ TEST(HeadsPlanTest, FasterGroupsGetMoreHeads) {
   ASSERT_TRUE(CheckPlan(*plan, Shape(r)).ok());
 }
 
+// Unequal speeds: consecutive groups {0, 1}, {2, 3} of speeds 1, 1, 2, 2 would give one head to
+// speed 2 and one to speed 4; dealing by speed gives {0, 2}, {1, 3} (speed 3 each). Equal
+// speeds keep consecutive groups.
+TEST(HeadsPlanTest, UnequalSpeedsAreDealtIntoEvenGroups) {
+  const PlanRequest r = Request("heads", 4, 2000, 8, 2, {1, 1, 2, 2});
+  absl::StatusOr<Plan> plan = MakePlan(r);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(CheckPlan(*plan, Shape(r)).ok()) << CheckPlan(*plan, Shape(r)).status();
+  EXPECT_EQ(plan->workers[0].kv_heads, plan->workers[2].kv_heads);
+  EXPECT_EQ(plan->workers[1].kv_heads, plan->workers[3].kv_heads);
+  EXPECT_NE(plan->workers[0].kv_heads, plan->workers[1].kv_heads);
+  for (const PlanStep& s : plan->workers[0].forward) {
+    for (const Transfer& x : s.sends) EXPECT_EQ(x.peer, 2);
+  }
+  absl::StatusOr<Plan> equal = MakePlan(Request("heads", 4, 2000, 8, 2));
+  ASSERT_TRUE(equal.ok());
+  EXPECT_EQ(equal->workers[0].kv_heads, equal->workers[1].kv_heads);
+  EXPECT_EQ(equal->workers[2].kv_heads, equal->workers[3].kv_heads);
+}
+
 // No split possible (P = 1, kv_heads = 1, no divisor of P within the heads): the balanced plan.
 TEST(HeadsPlanTest, WithoutASplitItIsTheBalancedPlan) {
   for (const PlanRequest& r : {Request("heads", 1, 100, 8, 8), Request("heads", 4, 1000, 8, 1),

@@ -58,6 +58,17 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
       for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
     }
   }
+  if (schedule == "heads_dealt") {
+    // Head groups of workers dealt by speed (slow first half, fast second half: consecutive
+    // groups would put the slow ones together), 2 kv heads, even P.
+    if (P % 2 != 0) GTEST_SKIP() << "two equal-speed-sum groups need even P";
+    req.schedule = "heads";
+    shape.q_heads = 8;
+    shape.kv_heads = 2;
+    req.shape =
+        AttentionShape{shape.batch, shape.q_heads, shape.kv_heads, shape.head_dim, shape.dtype};
+    for (int w = 0; w < P; ++w) req.speeds.push_back(w < P / 2 ? 1.0 : 2.0);
+  }
   if (schedule == "balanced_gpu") {  // the GPU profile's search (least true time)
     req.schedule = "balanced";
     req.profile = "gpu";
@@ -163,6 +174,13 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   if (schedule == "heads" && HeadGroupCount(req) > 1) {
     for (const WorkerPlan& w : plan->workers) EXPECT_FALSE(w.kv_heads.empty());
   }
+  if (schedule == "heads_dealt" && P >= 4) {  // worker 0 (slow) shares its heads with a fast one
+    bool fast_partner = false;
+    for (int w = P / 2; w < P; ++w) {
+      fast_partner |= plan->workers[w].kv_heads == plan->workers[0].kv_heads;
+    }
+    EXPECT_TRUE(fast_partner) << "P " << P;
+  }
   // The coordinator runs every session plan with adjacent transfers merged (batch 1 only).
   *plan = CoalesceTransfers(*plan, full);
 
@@ -208,7 +226,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllSchedules, SimulationTest,
     ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced", "striped",
                                          "striped_bb", "tiled", "tiled_pf", "balanced_gpu",
-                                         "ring_kvs", "striped_lead", "heads"),
+                                         "ring_kvs", "striped_lead", "heads", "heads_dealt"),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +
