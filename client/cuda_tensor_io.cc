@@ -40,10 +40,10 @@ absl::StatusOr<TransferStats> Transfer(Session& session, v1::TensorKind kind, co
   for (int rank = 0; rank < n; ++rank) {
     const v1::ShardPlacement& shard = session.info().shards(rank);
     for (const v1::RowRange& r : shard.owned()) {
-      ASSIGN_OR_RETURN(v1::DeviceTransferRequest req,
-                       MakeDeviceTransferRequest(session.spec(), kind, t, buffer.handle,
-                                                 buffer.offset, buffer.device, r, upload, host,
-                                                 ShardHeads(shard, kind)));
+      ASSIGN_OR_RETURN(
+          v1::DeviceTransferRequest req,
+          MakeDeviceTransferRequest(session.spec(), kind, t, buffer.handle, buffer.offset,
+                                    buffer.device, r, upload, host, ShardHeads(shard, kind)));
       requests[static_cast<size_t>(rank)].push_back(std::move(req));
     }
     session.DataClient(rank);  // made here, not in the threads

@@ -21,18 +21,18 @@ absl::StatusOr<HeadSlice> CheckedKvHeads(const v1::ShardPlacement& shard, int i,
   HeadSlice h = ShardHeads(shard, v1::TENSOR_K);
   if (h.empty()) h = HeadSlice{0, kv};
   if (shard.kv_heads().end() != 0 && (h.begin < 0 || h.end > kv || h.begin >= h.end)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CreateSession: shards[", i, "].kv_heads = ", Range(shard.kv_heads().begin(),
-                                                           shard.kv_heads().end()),
-        " is empty or outside [0, spec.kv_heads = ", kv, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateSession: shards[", i,
+                     "].kv_heads = ", Range(shard.kv_heads().begin(), shard.kv_heads().end()),
+                     " is empty or outside [0, spec.kv_heads = ", kv, ")"));
   }
   if (shard.q_heads().end() != 0 &&
       (shard.q_heads().begin() != h.begin * group || shard.q_heads().end() != h.end * group)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CreateSession: shards[", i, "].q_heads = ",
-        Range(shard.q_heads().begin(), shard.q_heads().end()), " are not the query heads ",
-        Range(int64_t{h.begin} * group, int64_t{h.end} * group), " of its kv_heads ",
-        Range(h.begin, h.end), " (", group, " query heads per kv head)"));
+        "CreateSession: shards[", i,
+        "].q_heads = ", Range(shard.q_heads().begin(), shard.q_heads().end()),
+        " are not the query heads ", Range(int64_t{h.begin} * group, int64_t{h.end} * group),
+        " of its kv_heads ", Range(h.begin, h.end), " (", group, " query heads per kv head)"));
   }
   return h;
 }
@@ -77,7 +77,8 @@ absl::Status ValidatePlacement(const v1::CreateSessionResponse& info,
       if (heads[static_cast<size_t>(i)].begin > hb || heads[static_cast<size_t>(i)].end < he) {
         continue;
       }
-      for (const v1::RowRange& r : info.shards(i).owned()) pieces.push_back({r.begin(), r.end(), i});
+      for (const v1::RowRange& r : info.shards(i).owned())
+        pieces.push_back({r.begin(), r.end(), i});
     }
     std::stable_sort(pieces.begin(), pieces.end(),
                      [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
@@ -85,14 +86,13 @@ absl::Status ValidatePlacement(const v1::CreateSessionResponse& info,
     int prev_shard = -1;
     for (const Piece& p : pieces) {
       if (p.begin > next) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("CreateSession: no shard holds token ", next, " of kv heads ",
-                         Range(hb, he)));
+        return absl::InvalidArgumentError(absl::StrCat("CreateSession: no shard holds token ", next,
+                                                       " of kv heads ", Range(hb, he)));
       }
       if (p.begin < next) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "CreateSession: shards[", p.shard, "] and shards[", prev_shard, "] both hold token ",
-            p.begin, " of kv heads ", Range(hb, he)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("CreateSession: shards[", p.shard, "] and shards[", prev_shard,
+                         "] both hold token ", p.begin, " of kv heads ", Range(hb, he)));
       }
       next = p.end;
       prev_shard = p.shard;

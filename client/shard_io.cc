@@ -135,18 +135,21 @@ absl::Status ForEachChunk(const HostTensor& t, v1::TensorKind kind,
                           HeadSlice heads) {
   const int64_t row_bytes = TransitRowBytes(t, heads);
   v1::TensorChunk chunk;
-  return ForEachChunkSpan(t, ranges, chunk_bytes, [&](const ChunkSpan& span) {
-    chunk.Clear();
-    chunk.set_kind(kind);
-    chunk.mutable_rows()->set_begin(span.row_begin);
-    chunk.mutable_rows()->set_end(span.row_end);
-    chunk.set_batch_index(span.batch);
-    std::string* data = chunk.mutable_data();
-    data->resize(static_cast<size_t>((span.row_end - span.row_begin) * row_bytes));
-    GatherRows(t, span, reinterpret_cast<uint8_t*>(data->data()), heads);
-    chunk.set_crc32c(Crc32c(data->data(), data->size()));
-    return emit(chunk);
-  }, heads);
+  return ForEachChunkSpan(
+      t, ranges, chunk_bytes,
+      [&](const ChunkSpan& span) {
+        chunk.Clear();
+        chunk.set_kind(kind);
+        chunk.mutable_rows()->set_begin(span.row_begin);
+        chunk.mutable_rows()->set_end(span.row_end);
+        chunk.set_batch_index(span.batch);
+        std::string* data = chunk.mutable_data();
+        data->resize(static_cast<size_t>((span.row_end - span.row_begin) * row_bytes));
+        GatherRows(t, span, reinterpret_cast<uint8_t*>(data->data()), heads);
+        chunk.set_crc32c(Crc32c(data->data(), data->size()));
+        return emit(chunk);
+      },
+      heads);
 }
 
 int64_t CountChunks(const HostTensor& t, std::span<const v1::RowRange> ranges, int64_t chunk_bytes,
@@ -215,10 +218,10 @@ uint32_t CopyWithCrc32c(const std::vector<BytePiece>& pieces, uint8_t* dst) {
 absl::StatusOr<int64_t> ApplyChunk(const v1::TensorChunk& chunk, v1::TensorKind kind,
                                    std::span<const v1::RowRange> allowed, HostTensor* t,
                                    HeadSlice heads) {
-  ASSIGN_OR_RETURN(const int64_t expected,
-                   CheckChunkHeader(chunk.kind(), chunk.batch_index(), chunk.rows(),
-                                    static_cast<int64_t>(chunk.data().size()), kind, allowed, *t,
-                                    heads));
+  ASSIGN_OR_RETURN(
+      const int64_t expected,
+      CheckChunkHeader(chunk.kind(), chunk.batch_index(), chunk.rows(),
+                       static_cast<int64_t>(chunk.data().size()), kind, allowed, *t, heads));
   const v1::RowRange& rows = chunk.rows();
   const uint32_t crc = Crc32c(chunk.data().data(), chunk.data().size());
   if (crc != chunk.crc32c()) return CrcMismatch(kind, rows, chunk.batch_index());
@@ -233,9 +236,9 @@ absl::StatusOr<int64_t> ApplyWireChunk(const WireChunk& chunk, v1::TensorKind ki
   v1::RowRange rows;
   rows.set_begin(chunk.row_begin);
   rows.set_end(chunk.row_end);
-  ASSIGN_OR_RETURN(const int64_t expected, CheckChunkHeader(chunk.kind, chunk.batch_index, rows,
-                                                            chunk.data_size, kind, allowed, *t,
-                                                            heads));
+  ASSIGN_OR_RETURN(const int64_t expected,
+                   CheckChunkHeader(chunk.kind, chunk.batch_index, rows, chunk.data_size, kind,
+                                    allowed, *t, heads));
   const ChunkSpan span{chunk.batch_index, chunk.row_begin, chunk.row_end};
   if (ContiguousRows(*t, span, heads) == nullptr) {
     // LSE (transit [H, n] vs the tensor's [B, H, S]) or a head slice of several rows: staged,

@@ -113,8 +113,7 @@ absl::StatusOr<int64_t> ApplyWireChunk(const WireChunk& chunk, v1::TensorKind ki
 // Shared-memory block of rows [begin, end) of `t`: its size, and copies into/out of it.
 int64_t BlockBytes(const HostTensor& t, const v1::RowRange& rows, HeadSlice heads = {});
 void PackBlock(const HostTensor& t, const v1::RowRange& rows, uint8_t* dst, HeadSlice heads = {});
-void UnpackBlock(const uint8_t* src, const v1::RowRange& rows, HostTensor* t,
-                 HeadSlice heads = {});
+void UnpackBlock(const uint8_t* src, const v1::RowRange& rows, HostTensor* t, HeadSlice heads = {});
 
 // Splits each range into pieces of at most `max_rows` tokens (at least 1), in order.
 std::vector<v1::RowRange> SplitRanges(std::span<const v1::RowRange> ranges, int64_t max_rows);

@@ -115,32 +115,35 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, 
     bool stream_broken = false;
     const HeadSlice hs = heads(kind);
     const int64_t row_bytes = TransitRowBytes(t, hs);
-    emit_status = ForEachChunkSpan(t, ranges, chunk_bytes, [&](const ChunkSpan& span) {
-      const int64_t n = (span.row_end - span.row_begin) * row_bytes;
-      grpc::Slice data;
-      uint32_t crc;
-      if (const uint8_t* rows = ContiguousRows(t, span, hs)) {
-        crc = Crc32c(rows, static_cast<size_t>(n));  // the rows as they are sent
-        data = borrowed.Borrow(rows, static_cast<size_t>(n));
-      } else {
-        uint8_t* buf;
-        data = NewDataSlice(static_cast<size_t>(n), &buf);
-        GatherRows(t, span, buf, hs);
-        crc = Crc32c(buf, static_cast<size_t>(n));
-      }
-      const bool first = stats.chunks == 0;
-      const std::string prefix =
-          EncodeUploadPrefix(first ? session_id_ : "", first ? client_id_ : "", kind,
-                             span.row_begin, span.row_end, span.batch, crc, n);
-      if (!writer->Write(FrameBuffer(prefix, std::move(data)))) {
-        stream_broken = true;  // the worker closed the stream: Finish() says why
-        return absl::AbortedError("stream closed");
-      }
-      stats.bytes += n;
-      ++stats.chunks;
-      if (progress) progress(n);
-      return absl::OkStatus();
-    }, hs);
+    emit_status = ForEachChunkSpan(
+        t, ranges, chunk_bytes,
+        [&](const ChunkSpan& span) {
+          const int64_t n = (span.row_end - span.row_begin) * row_bytes;
+          grpc::Slice data;
+          uint32_t crc;
+          if (const uint8_t* rows = ContiguousRows(t, span, hs)) {
+            crc = Crc32c(rows, static_cast<size_t>(n));  // the rows as they are sent
+            data = borrowed.Borrow(rows, static_cast<size_t>(n));
+          } else {
+            uint8_t* buf;
+            data = NewDataSlice(static_cast<size_t>(n), &buf);
+            GatherRows(t, span, buf, hs);
+            crc = Crc32c(buf, static_cast<size_t>(n));
+          }
+          const bool first = stats.chunks == 0;
+          const std::string prefix =
+              EncodeUploadPrefix(first ? session_id_ : "", first ? client_id_ : "", kind,
+                                 span.row_begin, span.row_end, span.batch, crc, n);
+          if (!writer->Write(FrameBuffer(prefix, std::move(data)))) {
+            stream_broken = true;  // the worker closed the stream: Finish() says why
+            return absl::AbortedError("stream closed");
+          }
+          stats.bytes += n;
+          ++stats.chunks;
+          if (progress) progress(n);
+          return absl::OkStatus();
+        },
+        hs);
     if (!emit_status.ok() && !stream_broken) {
       ctx.TryCancel();
     } else {

@@ -26,8 +26,8 @@ int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t 
   return SessionBytes(spec, HeadRange{}, owned_rows, scratch_bytes);
 }
 
-int64_t SessionBytes(const v1::AttentionSpec& spec, const HeadRange& kv_heads,
-                     int64_t owned_rows, int64_t scratch_bytes) {
+int64_t SessionBytes(const v1::AttentionSpec& spec, const HeadRange& kv_heads, int64_t owned_rows,
+                     int64_t scratch_bytes) {
   // The worker's storage shape (worker/session_registry.cc cuts it the same way).
   WorkerPlan w;
   w.kv_heads = kv_heads;

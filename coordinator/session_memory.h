@@ -3,8 +3,8 @@
 // limit again in OpenSession (RESOURCE_EXHAUSTED).
 //
 // The count is the executor's SessionStorageBytes (worker/executor/session_storage.h: Q, K, V,
-// O, dO, LSE, D, dQ, dK, dV for the worker's owned rows, at the heads it holds) plus the plan's peak in-flight
-// buffers (transfer buffers and partials alive at once, from CheckPlan's report).
+// O, dO, LSE, D, dQ, dK, dV for the worker's owned rows, at the heads it holds) plus the plan's
+// peak in-flight buffers (transfer buffers and partials alive at once, from CheckPlan's report).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@ double SessionBytesEstimate(const v1::AttentionSpec& spec);
 int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t scratch_bytes);
 // The same for a worker that holds only the key/value heads `kv_heads` (and their query
 // groups) of its rows: a head-split plan's WorkerPlan::kv_heads; empty = all heads.
-int64_t SessionBytes(const v1::AttentionSpec& spec, const HeadRange& kv_heads,
-                     int64_t owned_rows, int64_t scratch_bytes);
+int64_t SessionBytes(const v1::AttentionSpec& spec, const HeadRange& kv_heads, int64_t owned_rows,
+                     int64_t scratch_bytes);
 
 }  // namespace dfa

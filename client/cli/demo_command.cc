@@ -13,8 +13,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: dfa demo [--workers N] [--seq S] [--heads H] [--kv-heads HK] [--head-dim D]\n"
     "                [--dtype bf16|f16|f32] [--causal|--full]\n"
-    "                [--schedule balanced|ring|distflash|zigzag|heads]  (heads: each worker all rows\n"
-    "                of a range of the kv heads, no worker-to-worker traffic)\n"
+    "                [--schedule balanced|ring|distflash|zigzag|heads]\n"
+    "                (heads: each worker all rows of a range of the kv heads, no worker traffic)\n"
     "                [--threads T] [--backend cpu|cuda|auto] [--batch B] [--seed N] [--no-verify]\n"
     "                [--bin-dir DIR] [--log-dir DIR] [--path auto|grpc|shm]\n"
     "Starts a coordinator and N workers as processes on loopback, runs a causal forward+backward\n"

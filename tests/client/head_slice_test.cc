@@ -91,16 +91,20 @@ TEST(HeadSliceTest, ChunksCarryTheSliceAndTheSlicesRebuildTheTensor) {
       const int64_t row_bytes = TransitRowBytes(in, hs);
       EXPECT_EQ(row_bytes * in.heads, TransitRowBytes(in) * hs.Count(in.heads));
       int64_t chunks = 0, bytes = 0;
-      ASSERT_TRUE(ForEachChunk(in, kind, all_rows, 5 * row_bytes, [&](v1::TensorChunk& c) {
-                    EXPECT_EQ(c.data(), Expected(in, c.batch_index(), c.rows().begin(),
-                                                 c.rows().end(), hs.begin, hs.end));
-                    EXPECT_EQ(c.crc32c(), Crc32c(c.data().data(), c.data().size()));
-                    ++chunks;
-                    auto n = ApplyChunk(c, kind, all_rows, &proto_out, hs);
-                    if (!n.ok()) return n.status();
-                    bytes += *n;
-                    return ApplyFromWire(c, kind, all_rows, &wire_out, hs).status();
-                  }, hs).ok());
+      ASSERT_TRUE(ForEachChunk(
+                      in, kind, all_rows, 5 * row_bytes,
+                      [&](v1::TensorChunk& c) {
+                        EXPECT_EQ(c.data(), Expected(in, c.batch_index(), c.rows().begin(),
+                                                     c.rows().end(), hs.begin, hs.end));
+                        EXPECT_EQ(c.crc32c(), Crc32c(c.data().data(), c.data().size()));
+                        ++chunks;
+                        auto n = ApplyChunk(c, kind, all_rows, &proto_out, hs);
+                        if (!n.ok()) return n.status();
+                        bytes += *n;
+                        return ApplyFromWire(c, kind, all_rows, &wire_out, hs).status();
+                      },
+                      hs)
+                      .ok());
       EXPECT_EQ(chunks, CountChunks(in, all_rows, 5 * row_bytes, hs));
       EXPECT_EQ(chunks, 2 * 3);  // 12 rows of 2 batches in chunks of 5 rows
       EXPECT_EQ(bytes, 2 * 12 * row_bytes);
@@ -116,9 +120,12 @@ TEST(HeadSliceTest, ApplyingOneSliceLeavesTheOtherHeadsAlone) {
   HostTensor out = *MakeTensor(spec, v1::TENSOR_O);
   const std::vector<v1::RowRange> rows = {R(0, 6)};
   const HeadSlice hs{2, 3};
-  ASSERT_TRUE(ForEachChunk(in, v1::TENSOR_O, rows, 1 << 20, [&](v1::TensorChunk& c) {
-                return ApplyChunk(c, v1::TENSOR_O, rows, &out, hs).status();
-              }, hs).ok());
+  ASSERT_TRUE(
+      ForEachChunk(
+          in, v1::TENSOR_O, rows, 1 << 20,
+          [&](v1::TensorChunk& c) { return ApplyChunk(c, v1::TENSOR_O, rows, &out, hs).status(); },
+          hs)
+          .ok());
   const int64_t e = DTypeSize(out.dtype);
   for (int64_t r = 0; r < 6; ++r) {
     for (int h = 0; h < 4; ++h) {
@@ -148,9 +155,9 @@ TEST(HeadSliceTest, ContiguousOnlyForAllHeadsOrOneRow) {
   EXPECT_NE(ContiguousRows(q, ChunkSpan{0, 2, 5}, HeadSlice{0, 4}), nullptr);
   const uint8_t* one = ContiguousRows(q, ChunkSpan{0, 3, 4}, hs);
   ASSERT_NE(one, nullptr);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(one),
-                        static_cast<size_t>(TransitRowBytes(q, hs))),
-            Expected(q, 0, 3, 4, 1, 3));
+  EXPECT_EQ(
+      std::string(reinterpret_cast<const char*>(one), static_cast<size_t>(TransitRowBytes(q, hs))),
+      Expected(q, 0, 3, 4, 1, 3));
   std::vector<uint8_t> gathered(static_cast<size_t>(3 * TransitRowBytes(q, hs)));
   GatherRows(q, ChunkSpan{0, 2, 5}, gathered.data(), hs);
   EXPECT_EQ(std::string(gathered.begin(), gathered.end()), Expected(q, 0, 2, 5, 1, 3));
@@ -224,7 +231,8 @@ TEST(HeadSliceTest, PlacementMustHoldEveryTokenOfEveryHeadExactlyOnce) {
   ExpectRefused(Check(spec, {Shard({R(0, 16)}, 0, 2, 2), Shard({R(0, 16)}, 1, 3, 2)}),
                 "shards[1] and shards[0] both hold token 0 of kv heads [1, 2)");
   // Nobody holds kv head 2.
-  ExpectRefused(Check(spec, {Shard({R(0, 16)}, 0, 2, 2)}), "no shard holds token 0 of kv heads [2, 3)");
+  ExpectRefused(Check(spec, {Shard({R(0, 16)}, 0, 2, 2)}),
+                "no shard holds token 0 of kv heads [2, 3)");
   // Rows of one head group missing.
   ExpectRefused(Check(spec, {Shard({R(0, 16)}, 0, 2, 2), Shard({R(0, 10)}, 2, 3, 2)}),
                 "no shard holds token 10 of kv heads [2, 3)");

@@ -176,14 +176,12 @@ absl::Status ValidateDeviceTransfer(const WorkerSession& s, const v1::DeviceTran
   // client's ref then starts at the range's first head, rows strided over all heads).
   const HeadRange held = IsKv(kind) ? s.kv_heads : s.q_heads;
   const int64_t heads = held.size();
-  const std::string heads_name =
-      absl::StrCat("heads (this worker's ", IsKv(kind) ? "kv" : "q", " heads [", held.begin,
-                   ", ", held.end, "))");
+  const std::string heads_name = absl::StrCat("heads (this worker's ", IsKv(kind) ? "kv" : "q",
+                                              " heads [", held.begin, ", ", held.end, "))");
   const std::vector<int64_t> want =
       lse ? std::vector<int64_t>{s.spec.batch(), heads, rows.size()}
           : std::vector<int64_t>{s.spec.batch(), rows.size(), heads, s.spec.head_dim()};
-  const std::string names[] = {"batch (spec.batch)",
-                               lse ? heads_name : "rows (the size of rows)",
+  const std::string names[] = {"batch (spec.batch)", lse ? heads_name : "rows (the size of rows)",
                                lse ? "rows (the size of rows)" : heads_name,
                                "head_dim (spec.head_dim)"};
   if (t.shape_size() != static_cast<int>(want.size())) {
