@@ -163,6 +163,23 @@ TEST_F(HeadSplitSessionTest, ChunksCarryTheRanksHeadsOnly) {
   EXPECT_TRUE(upload(kHq / kHkv).ok());  // rank 1 holds q heads [2, 4)
 }
 
+TEST_F(HeadSplitSessionTest, PlanHeadsOutsideTheSpecAreRefusedNamingKvHeads) {
+  v1::Plan plan = ProtoPlan("heads");
+  plan.mutable_workers(1)->mutable_kv_heads()->set_end(kHkv + 1);  // [1, 3) of 2 kv heads
+  v1::OpenSessionRequest r;
+  r.set_session_id("bad");
+  *r.mutable_spec() = Spec();
+  r.set_rank(1);
+  *r.mutable_plan() = plan;
+  r.set_transport("ucx");
+  r.set_client_id("c");
+  v1::OpenSessionResponse resp;
+  grpc::ClientContext ctx;
+  const grpc::Status s = stubs_[1]->OpenSession(&ctx, r, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("kv_heads"), std::string::npos) << s.error_message();
+}
+
 TEST_F(HeadSplitSessionTest, SyntheticInputsAreTheGlobalTensorsAndForwardIsAttention) {
   const v1::Plan heads = ProtoPlan("heads"), rows = ProtoPlan("ring");
   const auto addrs = OpenAndGenerate("h", heads);
