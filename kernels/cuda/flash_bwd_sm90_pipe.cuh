@@ -48,6 +48,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/bwd_tile_order.h"
 #include "kernels/cuda/flash_bwd_sm90_epilogue.cuh"
 #include "kernels/cuda/flash_bwd_sm90_ws.cuh"  // kBwdDsBarrier, EncodeRowTensorMap
 #include "kernels/cuda/flash_params.h"
@@ -145,16 +146,13 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* ds_empty = ds_full + 3;     // [3] (kDefer): both warpgroups' dQ of an item read it
 
   int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  if (p.causal && sched.chunk > 0) {  // longest-first order (file comment)
-    const int nblk = gridDim.x, nhb = gridDim.y * gridDim.z;
-    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const int c0 = lin / (sched.chunk * nblk) * sched.chunk;
-    const int csize = nhb - c0 < sched.chunk ? nhb - c0 : sched.chunk;
-    const int r = lin - c0 * nblk;
-    nb = r / csize;
-    const int hb = c0 + r % csize;
-    hk = hb % gridDim.y;
-    b = hb / gridDim.y;
+  if (p.causal && sched.chunk > 0) {  // longest-first order (file comment, bwd_tile_order.h)
+    const BwdTile tile =
+        LongestFirstTile(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
+                         gridDim.y * gridDim.z, sched.chunk);
+    nb = tile.key_block;
+    hk = tile.head_batch % gridDim.y;
+    b = tile.head_batch / gridDim.y;
   }
   const int group = p.q_heads / p.kv_heads;
   const int tid = threadIdx.x;
