@@ -43,7 +43,7 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", _MAX_MESSAGE),
                     ("grpc.use_local_subchannel_pool", 1)]
 _FINAL = (coordinator_pb2.JOB_SUCCEEDED, coordinator_pb2.JOB_FAILED, coordinator_pb2.JOB_CANCELLED)
 _ids = itertools.count()
-_SCHEDULES = ("", "balanced", "ring", "distflash", "zigzag")
+_SCHEDULES = ("", "balanced", "ring", "distflash", "zigzag", "heads", "auto")
 
 
 def _default_client_id():
@@ -187,7 +187,9 @@ class Session:
         try:
             for rank, rs in enumerate(self.ranges):
                 _shards.validate_owned(rs, spec.seq_len, "shards[%d].owned" % rank)
-            _shards.check_cover(self.ranges, spec.seq_len)
+            # The heads each shard holds (all of them unless the plan splits heads: "heads").
+            self.heads = _shards.head_ranges(self.shards, spec)
+            _shards.check_head_cover(self.ranges, self.heads, spec)
         except ValueError as e:
             _release(client.stub, client._metadata, self.id, client.client_id, client.rpc_timeout)
             raise DfaError(grpc.StatusCode.INTERNAL, str(e), "CreateSession placement") from None
@@ -226,7 +228,8 @@ class Session:
 
             def requests():
                 first = True
-                for bi, b, e, data, crc in _shards.iter_chunks(a, kind, self.ranges[rank], chunk_bytes):
+                ar = _shards.head_view(a, kind, self.heads[rank])
+                for bi, b, e, data, crc in _shards.iter_chunks(ar, kind, self.ranges[rank], chunk_bytes):
                     chunk = attention_pb2.TensorChunk(
                         kind=kind, rows=attention_pb2.RowRange(begin=b, end=e), batch_index=bi,
                         data=data, crc32c=crc)
@@ -239,7 +242,8 @@ class Session:
 
             return self._upload_stream(rank, requests(), where,
                                        sum((e - b) for b, e in self.ranges[rank]) * a.shape[0]
-                                       * _shards.row_bytes(a, kind))
+                                       * _shards.row_bytes(_shards.head_view(a, kind, self.heads[rank]),
+                                                           kind))
 
         sent = sum(self._parallel(one))
         self.uploaded_bytes[kind] = self.uploaded_bytes.get(kind, 0) + sent
@@ -277,7 +281,8 @@ class Session:
             shard = self.shards[rank]
             where = "Download %s from worker %d (%s)" % (KIND_NAMES[kind], rank, shard.address)
             stub = self.client.worker_stub(shard.address)
-            g = _shards.Gatherer(out, kind, self.ranges[rank], where)
+            g = _shards.Gatherer(_shards.head_view(out, kind, self.heads[rank]), kind,
+                                 self.ranges[rank], where)
             for b, e in self.ranges[rank]:
                 req = worker_pb2.DownloadRequest(
                     session_id=self.id, client_id=self.client.client_id, kind=kind,

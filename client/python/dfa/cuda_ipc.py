@@ -20,7 +20,7 @@ INVALID_ARGUMENT naming the tensor field; UNAVAILABLE: the handle cannot be open
 
 from dfa import _proto
 from dfa.errors import DfaError
-from dfa.spec import DO, K, KIND_NAMES, LSE, Q, V
+from dfa.spec import DK, DO, DV, K, KIND_NAMES, LSE, Q, V
 
 attention_pb2, _, _, worker_pb2, _ = _proto.load()
 
@@ -35,11 +35,13 @@ def host_id():
 
 
 def make_requests(spec, kind, shape, strides, dtype_code, element_size, handle, offset, device,
-                  ranges, upload, host):
+                  ranges, upload, host, heads=None):
     """DeviceTransferRequests (session ids unset) for `ranges` [(begin, end)] of a whole-sequence
-    tensor whose element [0, ...] is at byte `offset` of the allocation exported as `handle`.
+    tensor whose element [0, ...] is at byte `offset` of the allocation exported as `handle`;
+    `heads` (h_begin, h_end) of this kind's heads (None: all) — a head-split shard's slice.
     Pure (tests use it). ValueError naming the field for a wrong rank or sequence length."""
     row_dim = 2 if kind == LSE else 1
+    head_dim_index = 1 if kind == LSE else 2
     dims = 3 if kind == LSE else 4
     if len(shape) != dims or len(strides) != dims:
         raise ValueError("tensor: %s needs %d dimensions, got shape %s strides %s"
@@ -47,17 +49,28 @@ def make_requests(spec, kind, shape, strides, dtype_code, element_size, handle, 
     if shape[row_dim] != spec.seq_len:
         raise ValueError("tensor.shape[%d]: %d differs from seq_len = %d"
                          % (row_dim, shape[row_dim], spec.seq_len))
+    h0, h1 = heads if heads is not None else (0, shape[head_dim_index])
+    if not 0 <= h0 < h1 <= shape[head_dim_index]:
+        raise ValueError("heads: [%d, %d) outside the tensor's %d heads" % (h0, h1, shape[head_dim_index]))
     out = []
     for b, e in ranges:
+        sizes = [e - b if i == row_dim else int(n) for i, n in enumerate(shape)]
+        sizes[head_dim_index] = h1 - h0
         ref = worker_pb2.DeviceTensorRef(
-            cuda_ipc_handle=bytes(handle), offset=offset + b * strides[row_dim] * element_size,
+            cuda_ipc_handle=bytes(handle),
+            offset=offset + (b * strides[row_dim] + h0 * strides[head_dim_index]) * element_size,
             dtype=dtype_code, device=device,
-            shape=[e - b if i == row_dim else int(n) for i, n in enumerate(shape)],
+            shape=sizes,
             strides=[int(s) for s in strides])
         out.append(worker_pb2.DeviceTransferRequest(
             kind=kind, rows=attention_pb2.RowRange(begin=b, end=e), upload=upload, tensor=ref,
             host_id=host))
     return out
+
+
+def _kind_heads(kind, heads):
+    """The (begin, end) of `kind`'s heads in one shard's ((q range), (kv range))."""
+    return heads[1] if kind in (K, V, DK, DV) else heads[0]
 
 
 def _share(tensor):
@@ -81,7 +94,8 @@ def _transfer(session, kind, tensor, upload):
     host = host_id()
     per_rank = [make_requests(session.spec, kind, tuple(tensor.shape), tuple(tensor.stride()),
                               code, tensor.element_size(), handle, offset, device,
-                              session.ranges[rank], upload, host)
+                              session.ranges[rank], upload, host,
+                              _kind_heads(kind, session.heads[rank]))
                 for rank in range(session.num_workers)]
 
     def one(rank):

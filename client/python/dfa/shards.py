@@ -13,7 +13,7 @@ ChecksumError for a CRC mismatch.
 import numpy as np
 
 from dfa.crc import crc32c
-from dfa.spec import KIND_NAMES, LSE
+from dfa.spec import DK, DV, K, KIND_NAMES, LSE, V
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 
@@ -45,6 +45,55 @@ def check_cover(ranges_by_rank, seq_len):
         pos = e
     if pos != seq_len:
         raise ValueError("placement: rows [%d, %d) uncovered" % (pos, seq_len))
+
+
+def head_ranges(shards, spec):
+    """Per shard ((q_begin, q_end), (kv_begin, kv_end)): the heads it holds (ShardPlacement.q_heads
+    / kv_heads; unset = all heads). ValueError naming the shard for a range outside the spec's
+    heads or q/kv ranges that do not match the spec's group size."""
+    group = spec.q_heads // spec.kv_heads
+    out = []
+    for i, s in enumerate(shards):
+        if s.kv_heads.end == 0 and s.q_heads.end == 0:
+            out.append(((0, spec.q_heads), (0, spec.kv_heads)))
+            continue
+        kb, ke, qb, qe = s.kv_heads.begin, s.kv_heads.end, s.q_heads.begin, s.q_heads.end
+        if not (0 <= kb < ke <= spec.kv_heads):
+            raise ValueError("shards[%d].kv_heads: [%d, %d) is empty or outside [0, %d)"
+                             % (i, kb, ke, spec.kv_heads))
+        if (qb, qe) != (kb * group, ke * group):
+            raise ValueError("shards[%d].q_heads: [%d, %d) does not match kv_heads [%d, %d) x %d"
+                             % (i, qb, qe, kb, ke, group))
+        out.append(((qb, qe), (kb, ke)))
+    return out
+
+
+def check_head_cover(ranges_by_rank, heads_by_rank, spec):
+    """Every (row, head) is held by exactly one rank: ranks with the same kv head range (a head
+    group) cover [0, seq_len) exactly once, and the groups' kv ranges partition [0, kv_heads)."""
+    groups = {}
+    for r, (_, kv) in enumerate(heads_by_rank):
+        groups.setdefault(kv, []).append(r)
+    pos = 0
+    for kb, ke in sorted(groups):
+        if kb != pos:
+            raise ValueError("placement: kv heads [%d, %d) %s" % (min(pos, kb), max(pos, kb),
+                             "held by no shard" if kb > pos else "held by two head groups"))
+        pos = ke
+        check_cover([ranges_by_rank[r] if r in groups[(kb, ke)] else [] for r in
+                     range(len(ranges_by_rank))], spec.seq_len)
+    if pos != spec.kv_heads:
+        raise ValueError("placement: kv heads [%d, %d) held by no shard" % (pos, spec.kv_heads))
+
+
+def head_view(a, kind, heads):
+    """The view of whole tensor `a` (`kind`) at one shard's heads (from head_ranges)."""
+    (qb, qe), (kb, ke) = heads
+    if kind == LSE:
+        return a[:, qb:qe, :]
+    if kind in (K, V, DK, DV):
+        return a[:, :, kb:ke, :]
+    return a[:, :, qb:qe, :]
 
 
 def row_bytes(a, kind):

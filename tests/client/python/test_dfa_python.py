@@ -127,6 +127,30 @@ class OfflineTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "covered twice"):
             shards.check_cover([[(0, 6)], [(5, 16)]], 16)
 
+    def test_head_placement_cover(self):
+        class R:  # a HeadRange / ShardPlacement stand-in (the fields the client reads)
+            def __init__(self, **kw):
+                self.__dict__.update(kw)
+        spec = dfa.AttentionSpec(batch=1, seq_len=10, q_heads=4, kv_heads=2, head_dim=8)
+        split = [R(q_heads=R(begin=0, end=2), kv_heads=R(begin=0, end=1)),
+                 R(q_heads=R(begin=2, end=4), kv_heads=R(begin=1, end=2))]
+        heads = shards.head_ranges(split, spec)
+        self.assertEqual(heads, [((0, 2), (0, 1)), ((2, 4), (1, 2))])
+        shards.check_head_cover([[(0, 10)], [(0, 10)]], heads, spec)
+        with self.assertRaisesRegex(ValueError, "covered twice"):
+            shards.check_head_cover([[(0, 10)], [(0, 10)]], [heads[0], heads[0]][:1] * 2, spec)
+        with self.assertRaisesRegex(ValueError, "kv heads \\[1, 2\\) held by no shard"):
+            shards.check_head_cover([[(0, 10)]], heads[:1], spec)
+        with self.assertRaisesRegex(ValueError, "shards\\[0\\].q_heads"):
+            shards.head_ranges([R(q_heads=R(begin=0, end=1), kv_heads=R(begin=0, end=1))], spec)
+        # A view at one shard's heads: K takes the kv range, Q and LSE the query range.
+        q = np.arange(1 * 10 * 4 * 8).reshape(1, 10, 4, 8)
+        k = np.arange(1 * 10 * 2 * 8).reshape(1, 10, 2, 8)
+        lse = np.arange(40.0).reshape(1, 4, 10)
+        self.assertTrue((shards.head_view(q, dfa.Q, heads[1]) == q[:, :, 2:4]).all())
+        self.assertTrue((shards.head_view(k, dfa.K, heads[1]) == k[:, :, 1:2]).all())
+        self.assertTrue((shards.head_view(lse, dfa.LSE, heads[1]) == lse[:, 2:4]).all())
+
     def test_reference_matches_finite_differences(self):
         rng = np.random.default_rng(3)
         q, k, v, do = (rng.standard_normal((1, 5, h, 3)) for h in (2, 1, 1, 2))
@@ -150,6 +174,9 @@ class ServiceTest(unittest.TestCase):
         q, k, v, do = random_inputs(spec, seed=spec.seq_len)
         with CLIENT.create_session(spec, schedule=schedule) as s:
             self.assertEqual(s.num_workers, 2)
+            if schedule == "heads":  # two head groups: each worker holds its own kv heads
+                self.assertEqual(sorted(h[1] for h in s.heads),
+                                 [(0, spec.kv_heads // 2), (spec.kv_heads // 2, spec.kv_heads)])
             o, lse = s.forward(q, k, v)
             dq, dk, dv = s.backward(do)
             fwd = s.last_jobs[1]
@@ -179,6 +206,16 @@ class ServiceTest(unittest.TestCase):
         self.check_job(dfa.AttentionSpec(batch=1, seq_len=131, q_heads=2, kv_heads=1, head_dim=16,
                                          causal=False, dtype="f32", softmax_scale=0.3),
                        schedule="ring")
+
+    def test_bf16_causal_gqa_head_split(self):
+        # Schedule "heads": each worker holds all rows of half the kv heads; the client's scatter
+        # and gather slice heads (ShardPlacement.q_heads / kv_heads).
+        self.check_job(dfa.AttentionSpec(batch=2, seq_len=160, q_heads=4, kv_heads=2, head_dim=32,
+                                         causal=True, dtype="bf16"), schedule="heads")
+
+    def test_f32_full_head_split_auto(self):
+        self.check_job(dfa.AttentionSpec(batch=1, seq_len=97, q_heads=6, kv_heads=2, head_dim=16,
+                                         causal=False, dtype="f32"), schedule="auto")
 
     def test_f16_zigzag_two_clients_at_once(self):
         errors = []
