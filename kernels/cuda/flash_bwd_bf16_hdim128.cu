@@ -5,6 +5,7 @@
 // or where TMA cannot describe the tensors; elsewhere the mma.sync one (flash_bwd_kernel.cuh).
 #include "kernels/cuda/flash_bwd_kernel.cuh"
 #include "kernels/cuda/flash_bwd_sm90.cuh"
+#include "kernels/cuda/flash_bwd_sm90_persist.cuh"
 #include "kernels/cuda/flash_bwd_sm90_pipe.cuh"
 #include "kernels/cuda/flash_bwd_sm90_ws.cuh"
 #include "kernels/cuda/sm90_dispatch.h"
@@ -15,6 +16,10 @@ cudaError_t LaunchBwdBf16Hdim128(const BwdParams& p, cudaStream_t stream) {
     if (UseSm90WsBackward()) {  // TMA + warp specialisation; NotSupported: strides TMA cannot map
       // Pipe kernel (dQ added by writer warps with TMA); NotSupported: tensors TMA cannot map.
       if (const int mode = Sm90BwdPipeMode(128); mode > 0) {
+        if ((mode == 4 || mode == 5) && Sm90BwdPersist()) {  // one CTA per SM, tile counter
+          const cudaError_t err = LaunchBwdSm90Persist<__nv_bfloat16, 128>(p, mode, stream);
+          if (err != cudaErrorNotSupported) return err;
+        }
         const cudaError_t err = LaunchBwdSm90Pipe<__nv_bfloat16, 128>(p, mode, stream);
         if (err != cudaErrorNotSupported) return err;
       }

@@ -148,6 +148,46 @@ inline int Sm90BwdEpilogue() {
   return v;
 }
 
+// True when DFA_CUDA_BWD_PERSIST is "1": the head dim 128 backward in pipe modes 4 / 5 runs the
+// persistent kernel (flash_bwd_sm90_persist.cuh: one CTA per SM, tiles from a dynamic counter)
+// instead of one CTA per tile; unset or "0" gives kSm90BwdPersistDefault.
+inline constexpr bool kSm90BwdPersistDefault = false;
+inline bool Sm90BwdPersist() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_PERSIST");
+    if (e == nullptr || e[0] == '\0') return kSm90BwdPersistDefault;
+    return e[0] != '0';
+  }();
+  return enabled;
+}
+
+// CTAs of the persistent backward: DFA_CUDA_BWD_PERSIST_CTAS=N (1..9999) caps the grid at N
+// (tests: many tiles per CTA at small shapes); unset gives one per SM (0).
+inline int Sm90BwdPersistCtas() {
+  static const int ctas = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_PERSIST_CTAS");
+    if (e == nullptr || e[0] == '\0') return 0;
+    const int v = std::atoi(e);
+    return v > 0 && v < 10000 ? v : 0;
+  }();
+  return ctas;
+}
+
+// Tile order of the persistent backward (its tile ids map through LongestFirstTile): causal masks
+// longest-first in chunks of kSm90BwdOrderChunk kv heads at every size (a dynamic counter hands
+// the tiles out, so the list order alone decides the tail), full masks grid order;
+// DFA_CUDA_BWD_ORDER=N forces chunks of N (0 = grid order) as for the pipe kernel.
+inline int Sm90BwdPersistOrderChunk(bool causal) {
+  static const int forced = [] {
+    const char* e = std::getenv("DFA_CUDA_BWD_ORDER");
+    if (e == nullptr || e[0] == '\0') return -1;
+    const int v = std::atoi(e);
+    return v >= 0 && v < 1000 ? v : -1;
+  }();
+  if (forced >= 0) return forced;
+  return causal ? kSm90BwdOrderChunk : 0;
+}
+
 // Start offset of the pipe backward's second consumer warpgroup (BwdPipeSched::start):
 // DFA_CUDA_BWD_START=0|1|2 forces it for the modes that have one (2..5); -1 (unset) = per mode.
 inline int Sm90BwdStart() {
