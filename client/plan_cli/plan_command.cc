@@ -165,6 +165,9 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
   if (a.profile == "gpu" || a.request.schedule == "heads" || a.request.schedule == "auto") {
     a.request.shape = a.shape;
   }
+  // "balanced" (cpu) may split the real kv heads into head groups when no sequence plan is
+  // within 2% (PlanRequest::session_shape); the plan is checked and costed at a.shape below.
+  a.request.session_shape = a.shape;
   RETURN_IF_ERROR(ValidatePlanRequest(a.request));
   ASSIGN_OR_RETURN(a.cost, CostParamsForProfile(a.profile, a.shape, a.request.speeds));
   if (tflops >= 0) a.cost.flops_per_second = tflops * 1e12;

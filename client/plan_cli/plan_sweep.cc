@@ -10,7 +10,8 @@
 // plan's balance; the planner's search itself charges kSearchOpOverheadSeconds). Prints, per
 // (pattern, mask), the worst forward and backward ratio over the P range, where it happens, the
 // P values above 1.02, and the largest number of compute ops of one worker; --per-p prints every
-// P. Every plan is checked with CheckPlan (exit 1 if one fails). Exit 2 on bad flags.
+// P (with its head groups: "balanced" splits the kv heads where no sequence plan is within 2%).
+// Every plan is checked with CheckPlan at the sweep's shape (exit 1 if one fails). Exit 2 on bad flags.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,6 +62,14 @@ int MaxOps(const dfa::Plan& plan, bool forward) {
     most = std::max(most, n);
   }
   return most;
+}
+
+// Head groups of a plan (distinct kv head ranges; 1: every worker holds every head).
+int HeadGroupCount(const dfa::Plan& plan) {
+  std::vector<std::pair<int, int>> ranges;
+  for (const dfa::WorkerPlan& w : plan.workers) ranges.emplace_back(w.kv_heads.begin, w.kv_heads.end);
+  std::sort(ranges.begin(), ranges.end());
+  return static_cast<int>(std::unique(ranges.begin(), ranges.end()) - ranges.begin());
 }
 
 int Usage(const std::string& why) {
@@ -130,9 +139,13 @@ int main(int argc, char** argv) {
         cost.shape = dfa::AttentionShape{1, 32, 32, 128, dfa::DType::kBF16};
         cost.op_overhead_seconds = overhead_us * 1e-6;
         Speeds(pattern, P, &cost.speeds);
-        absl::StatusOr<dfa::Plan> plan = dfa::MakePlan({"balanced", P, seq, causal, cost.speeds});
+        dfa::PlanRequest request{"balanced", P, seq, causal, cost.speeds};
+        request.session_shape = cost.shape;  // head groups where no sequence plan is within 2%
+        absl::StatusOr<dfa::Plan> plan = dfa::MakePlan(request);
         if (!plan.ok()) return Usage(std::string(plan.status().message()));
-        if (absl::Status s = dfa::CheckPlan(*plan).status(); !s.ok()) {
+        dfa::CheckOptions check;
+        check.shape = cost.shape;
+        if (absl::Status s = dfa::CheckPlan(*plan, check).status(); !s.ok()) {
           std::fprintf(stderr, "P=%d %s %s: CheckPlan: %s\n", P, pattern.c_str(),
                        causal ? "causal" : "full", std::string(s.message()).c_str());
           ++failures;
@@ -143,8 +156,9 @@ int main(int argc, char** argv) {
         const double f = c->forward.makespan_ratio, b = c->backward.makespan_ratio;
         const int n = std::max(MaxOps(*plan, true), MaxOps(*plan, false));
         if (per_p) {
-          std::printf("  %-10s %-6s P=%-3d fwd %.4f bwd %.4f ops/worker %d steps %d\n",
-                      pattern.c_str(), causal ? "causal" : "full", P, f, b, n, c->forward.steps);
+          std::printf("  %-10s %-6s P=%-3d fwd %.4f bwd %.4f ops/worker %d steps %d groups %d\n",
+                      pattern.c_str(), causal ? "causal" : "full", P, f, b, n, c->forward.steps,
+                      HeadGroupCount(*plan));
         }
         if (f > worst_f) worst_f = f, at_f = P;
         if (b > worst_b) worst_b = b, at_b = P;

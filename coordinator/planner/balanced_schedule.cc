@@ -233,6 +233,39 @@ bool Better(const Score& a, const Score& b, bool true_time) {
   return a.balance_cost < b.balance_cost * (1 - 1e-9);
 }
 
+// Profile "cpu", no sequence plan (mixed passes included) within kBalanceTarget: head groups
+// (PlanRequest::session_shape). A group of P' workers holding n of the K kv heads has the
+// wire / compute ratio of a sequence plan of P' workers at the group's summed speed (bytes and
+// FLOPs both scale with the heads), so groups whose speed sums follow their head counts
+// (SpeedBalancedHeadGroups) take each worker's K/V volume down by the group count. Tries
+// g = 2, 3, ... up to kv_heads (skipping groupings whose compute alone is off by more than
+// kBalanceTarget), each costed at the session shape, and stops at the first within the target
+// (fewest groups: the least search time; larger groups would only add per-op savings).
+Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score) {
+  const AttentionShape& shape = r.session_shape;
+  if (shape.batch < 1 || shape.kv_heads < 2 || r.workers < 2) return best;
+  PlanRequest heads = r;
+  heads.shape = shape;
+  heads.session_shape = PlanRequest{}.session_shape;
+  std::vector<double> speeds = r.speeds;
+  if (speeds.empty()) speeds.assign(r.workers, 1.0);
+  const CostParams params = CpuCostParams(shape, speeds);
+  for (int g = 2; g <= std::min(r.workers, shape.kv_heads); ++g) {
+    const HeadGroupSplit groups = SpeedBalancedHeadGroups(heads, g);
+    if (groups.members.empty() || HeadGroupsLoad(heads, groups) > kBalanceTarget) continue;
+    Plan plan = MakeHeadsPlan(heads, groups);
+    if (plan.workers.empty()) continue;
+    plan.schedule = "balanced";
+    const Score score = Evaluate(plan, params, /*true_time=*/false);
+    if (Better(score, best_score, /*true_time=*/false)) {
+      best = std::move(plan);
+      best_score = score;
+    }
+    if (score.balance <= kBalanceTarget) break;
+  }
+  return best;
+}
+
 }  // namespace
 
 Plan MakeBalancedPlan(const PlanRequest& r) {
@@ -446,6 +479,7 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   // its K/V-stationary backward with smaller pieces, whose dQ partials BalanceTransfers can
   // spread (docs/planner.md, "Passes mixed").
   if (true_time || best_score.balance <= kBalanceTarget) return best;
+  const Score sequence_score = best_score;
   int mix_f = -1, mix_b = -1;
   for (size_t a = 0; a < recorded.size(); ++a) {
     for (size_t b = 0; b < recorded.size(); ++b) {
@@ -458,10 +492,16 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
       }
     }
   }
-  if (mix_f < 0) return best;
-  Plan mixed = recorded[mix_f].remake();
-  if (!planner_internal::TakeBackwardFrom(mixed, recorded[mix_b].remake())) return best;
-  return mixed;
+  if (mix_f >= 0) {
+    Plan mixed = recorded[mix_f].remake();
+    if (planner_internal::TakeBackwardFrom(mixed, recorded[mix_b].remake())) {
+      best = std::move(mixed);
+    } else {
+      best_score = sequence_score;
+    }
+  }
+  if (best_score.balance <= kBalanceTarget) return best;
+  return WithHeadGroups(r, std::move(best), best_score);
 }
 
 }  // namespace dfa

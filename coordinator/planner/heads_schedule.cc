@@ -88,6 +88,31 @@ Grouping SpeedDealtGroups(const PlanRequest& r, int groups) {
   return Finish(r, std::move(members));
 }
 
+// Speed-balanced groups of any worker counts (SpeedBalancedHeadGroups): how even a membership
+// is once the heads are dealt by the groups' summed speeds (HeadCounts): the largest
+// heads / speed first, then the squared distance of the groups' speed shares from their head
+// shares (to move towards an exact split while the largest load does not change).
+struct Evenness {
+  double max_load = std::numeric_limits<double>::infinity();
+  double spread = std::numeric_limits<double>::infinity();
+};
+
+Evenness Measure(int kv_heads, const std::vector<double>& sums, double total) {
+  const std::vector<int> counts = HeadCounts(kv_heads, sums);
+  Evenness e{0, 0};
+  for (size_t i = 0; i < sums.size(); ++i) {
+    e.max_load = std::max(e.max_load, counts[i] / sums[i]);
+    const double d = sums[i] / total - static_cast<double>(counts[i]) / kv_heads;
+    e.spread += d * d;
+  }
+  return e;
+}
+
+bool MoreEven(const Evenness& a, const Evenness& b) {
+  if (a.max_load < b.max_load * (1 - 1e-12)) return true;
+  return a.max_load <= b.max_load * (1 + 1e-12) && a.spread < b.spread * (1 - 1e-9) - 1e-15;
+}
+
 // Forward + backward makespan under the request's profile; the cpu profile charges
 // kSearchOpOverheadSeconds per op, as the balanced search does.
 double TrueSeconds(const Plan& plan, const PlanRequest& r) {
@@ -101,6 +126,100 @@ double TrueSeconds(const Plan& plan, const PlanRequest& r) {
 
 }  // namespace
 
+HeadGroupSplit SpeedBalancedHeadGroups(const PlanRequest& r, int groups) {
+  const int P = r.workers, K = r.shape.kv_heads;
+  if (groups < 2 || groups > std::min(P, K)) return HeadGroupSplit{};
+  auto speed = [&](int w) { return r.speeds.empty() ? 1.0 : r.speeds[w]; };
+  double total = 0;
+  for (int w = 0; w < P; ++w) total += speed(w);
+  // Heads as even as g allows; each group's speed target follows its heads.
+  std::vector<double> target(groups);
+  for (int i = 0; i < groups; ++i) target[i] = total * (K / groups + (i < K % groups)) / K;
+  std::vector<int> order(P);
+  for (int w = 0; w < P; ++w) order[w] = w;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return speed(a) > speed(b); });
+  std::vector<std::vector<int>> members(groups);
+  std::vector<double> sum(groups, 0);
+  for (int w : order) {  // largest first into the group with the most capacity left
+    int best = 0;
+    for (int i = 1; i < groups; ++i) {
+      if (target[i] - sum[i] > target[best] - sum[best]) best = i;
+    }
+    members[best].push_back(w);
+    sum[best] += speed(w);
+  }
+  for (int i = 0; i < groups; ++i) {  // no empty group: take the slowest of the largest group
+    if (!members[i].empty()) continue;
+    int from = 0;
+    for (int j = 1; j < groups; ++j) {
+      if (members[j].size() > members[from].size()) from = j;
+    }
+    members[i].push_back(members[from].back());  // dealt largest first: the slowest is last
+    members[from].pop_back();
+    sum[i] = speed(members[i][0]);
+    sum[from] -= sum[i];
+  }
+  // Single moves and pairwise swaps while they make the groups more even (bounded).
+  Evenness now = Measure(K, sum, total);
+  for (int round = 0; round < 4 * P; ++round) {
+    bool improved = false;
+    for (int a = 0; a < groups && !improved; ++a) {
+      for (int b = 0; b < groups && !improved; ++b) {
+        if (a == b) continue;
+        for (size_t x = 0; x < members[a].size() && !improved; ++x) {
+          const double sx = speed(members[a][x]);
+          if (members[a].size() > 1) {  // move x from a to b
+            std::vector<double> next = sum;
+            next[a] -= sx;
+            next[b] += sx;
+            const Evenness e = Measure(K, next, total);
+            if (MoreEven(e, now)) {
+              members[b].push_back(members[a][x]);
+              members[a].erase(members[a].begin() + static_cast<long>(x));
+              sum = std::move(next);
+              now = e;
+              improved = true;
+              break;
+            }
+          }
+          for (size_t y = 0; y < members[b].size(); ++y) {  // swap x (in a) and y (in b)
+            const double sy = speed(members[b][y]);
+            if (sy >= sx) continue;  // each unordered swap once: the faster one leaves a
+            std::vector<double> next = sum;
+            next[a] += sy - sx;
+            next[b] += sx - sy;
+            const Evenness e = Measure(K, next, total);
+            if (MoreEven(e, now)) {
+              std::swap(members[a][x], members[b][y]);
+              sum = std::move(next);
+              now = e;
+              improved = true;
+              break;
+            }
+          }
+        }
+      }
+    }
+    if (!improved) break;
+  }
+  HeadGroupSplit out;
+  out.kv_heads = HeadCounts(K, sum);
+  for (std::vector<int>& m : members) std::sort(m.begin(), m.end());
+  out.members = std::move(members);
+  return out;
+}
+
+double HeadGroupsLoad(const PlanRequest& r, const HeadGroupSplit& groups) {
+  double total = 0, worst = 0;
+  for (size_t i = 0; i < groups.members.size(); ++i) {
+    double sum = 0;
+    for (int w : groups.members[i]) sum += r.speeds.empty() ? 1.0 : r.speeds[w];
+    total += sum;
+    if (i < groups.kv_heads.size() && sum > 0) worst = std::max(worst, groups.kv_heads[i] / sum);
+  }
+  return total > 0 && r.shape.kv_heads > 0 ? worst * total / r.shape.kv_heads : 0;
+}
+
 int HeadGroupCount(const PlanRequest& r) {
   for (int g = std::min(r.workers, r.shape.kv_heads); g > 1; --g) {
     if (r.workers % g == 0) return g;
@@ -109,21 +228,45 @@ int HeadGroupCount(const PlanRequest& r) {
 }
 
 Plan MakeHeadsPlan(const PlanRequest& r, int groups) {
-  PlanRequest balanced = r;
-  balanced.schedule = "balanced";
   if (groups <= 1 || r.workers % groups != 0 || groups > r.shape.kv_heads) {
+    PlanRequest balanced = r;
+    balanced.schedule = "balanced";
+    balanced.session_shape = PlanRequest{}.session_shape;
     absl::StatusOr<Plan> plan = MakePlan(balanced);
     if (!plan.ok()) return Plan{};
     plan->schedule = "heads";
     return *std::move(plan);
   }
-  const int per_group = r.workers / groups;
   Grouping grouping = ConsecutiveGroups(r, groups);
   if (!r.speeds.empty()) {
     Grouping dealt = SpeedDealtGroups(r, groups);
     if (dealt.max_load < grouping.max_load * (1 - 1e-9)) grouping = std::move(dealt);
   }
-  const std::vector<int>& counts = grouping.counts;
+  return MakeHeadsPlan(r, HeadGroupSplit{std::move(grouping.members), std::move(grouping.counts)});
+}
+
+Plan MakeHeadsPlan(const PlanRequest& r, const HeadGroupSplit& groups) {
+  const size_t g = groups.members.size();
+  if (g == 0 || groups.kv_heads.size() != g) return Plan{};
+  {  // Every worker in exactly one group, every group with workers and >= 1 head, all heads.
+    std::vector<int> seen(r.workers, 0);
+    int heads = 0;
+    for (size_t i = 0; i < g; ++i) {
+      if (groups.members[i].empty() || groups.kv_heads[i] < 1) return Plan{};
+      heads += groups.kv_heads[i];
+      for (int m : groups.members[i]) {
+        if (m < 0 || m >= r.workers || seen[m]++ > 0) return Plan{};
+      }
+    }
+    if (heads != r.shape.kv_heads ||
+        std::count(seen.begin(), seen.end(), 1) != static_cast<long>(r.workers)) {
+      return Plan{};
+    }
+  }
+  PlanRequest balanced = r;
+  balanced.schedule = "balanced";
+  balanced.session_shape = PlanRequest{}.session_shape;  // the groups' plans are sequence plans
+  const std::vector<int>& counts = groups.kv_heads;
   const int q_per_kv = r.shape.q_heads / r.shape.kv_heads;
   Plan plan;
   plan.schedule = "heads";
@@ -133,8 +276,9 @@ Plan MakeHeadsPlan(const PlanRequest& r, int groups) {
   // Groups with the same speeds and head count get the same sub-plan: searched once.
   std::map<std::pair<int, std::vector<double>>, Plan> made;
   int head = 0;
-  for (int i = 0; i < groups; ++i) {
-    const std::vector<int>& members = grouping.members[i];
+  for (size_t i = 0; i < g; ++i) {
+    const std::vector<int>& members = groups.members[i];
+    const int per_group = static_cast<int>(members.size());
     PlanRequest sub = balanced;
     sub.workers = per_group;
     if (!r.speeds.empty()) {

@@ -200,6 +200,14 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
         "kv_heads, got ", r.shape.batch, ", ", r.shape.q_heads, ", ", r.shape.kv_heads, ", ",
         r.shape.head_dim));
   }
+  const AttentionShape& ss = r.session_shape;
+  if (ss.batch != 0 && (ss.batch < 1 || ss.q_heads < 1 || ss.kv_heads < 1 || ss.head_dim < 1 ||
+                        ss.q_heads % ss.kv_heads != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_shape: batch, q_heads, kv_heads, head_dim must be >= 1 and q_heads a multiple "
+        "of kv_heads (or batch 0: not given), got ", ss.batch, ", ", ss.q_heads, ", ",
+        ss.kv_heads, ", ", ss.head_dim));
+  }
   if (r.schedule == "distflash") {
     if (r.workers % 2 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(

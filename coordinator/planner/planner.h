@@ -64,6 +64,13 @@ struct PlanRequest {
   // "auto" to split the kv heads. The default is the reference shape the search has always
   // used (32 heads of 128, bf16).
   AttentionShape shape{1, 32, 32, 128, DType::kBF16};
+  // The session's real shape, for "balanced" under profile "cpu" (which costs its sequence
+  // candidates at the reference `shape`): when none of them is within kBalanceTarget, the search
+  // also tries head-group plans over session_shape.kv_heads heads (SpeedBalancedHeadGroups,
+  // g = 2, 3, ..., each group a "balanced" plan at its local session shape) and may return one
+  // (schedule "balanced", WorkerPlan::kv_heads set): callers that set it must check, cost and
+  // run the plan at this shape. batch 0 (the default) or kv_heads < 2: no head groups.
+  AttentionShape session_shape{0, 0, 0, 0, DType::kBF16};
 };
 
 // INVALID_ARGUMENT naming the field for: workers < 1, seq_len < workers, speeds of the wrong
@@ -89,6 +96,28 @@ Plan MakeSpeedProportionalPlan(const PlanRequest& request);
 // validated request).
 Plan MakeHeadsPlan(const PlanRequest& request);
 Plan MakeHeadsPlan(const PlanRequest& request, int groups);
+// Explicit head groups: members[i] are the global ranks of group i (member k runs worker k of
+// the group's sub-plan, so the order is the sub-plan's worker order) and kv_heads[i] >= 1 its
+// kv head count (groups hold consecutive head ranges in group order; the counts sum to
+// request.shape.kv_heads). Groups may have different worker counts.
+struct HeadGroupSplit {
+  std::vector<std::vector<int>> members;
+  std::vector<int> kv_heads;
+};
+// g head groups of any worker counts whose summed speeds follow their head counts: heads as even
+// as g allows, workers dealt largest first to the group with the most capacity left (speed
+// target minus summed speed), then single moves and pairwise swaps while they lower the largest
+// kv_heads / summed speed, and the heads re-dealt by the groups' speeds. Members ascending.
+// Empty (no groups) unless 2 <= g <= min(workers, shape.kv_heads).
+HeadGroupSplit SpeedBalancedHeadGroups(const PlanRequest& request, int groups);
+// The largest heads / summed speed of `groups` over kv_heads / total speed (1: the groups'
+// compute is exactly proportional to their speed; the 1-D plans inside add their own loss).
+double HeadGroupsLoad(const PlanRequest& request, const HeadGroupSplit& groups);
+// "heads" with explicit groups (validated here: every worker in exactly one group, counts >= 1
+// summing to shape.kv_heads; otherwise a plan with no workers). Each group runs the "balanced"
+// plan of its local shape (request.shape cut to its heads, profile and speeds of its members);
+// groups with the same head count and member speeds share one search. Schedule "heads".
+Plan MakeHeadsPlan(const PlanRequest& request, const HeadGroupSplit& groups);
 // The largest divisor g of request.workers with g <= request.shape.kv_heads (1: no split).
 int HeadGroupCount(const PlanRequest& request);
 // "auto": the cheaper of "balanced" and the head splits (see above).
