@@ -1,7 +1,8 @@
 // Every schedule, run by the simulator (P threads, PlanExecutor + InprocTransport + CPU
 // backend), matches single-device fp64 attention, forward and backward: P = 1..8 (odd too),
 // sequence lengths not divisible by P, GQA/MQA, batch > 1, causal and full; "heads" splits the
-// heads over head groups (each worker simulated with its head slice).
+// heads over head groups (each worker simulated with its head slice); "balanced_heads" runs the
+// balanced search's head groups of unequal worker counts.
 #include <cmath>
 #include <random>
 #include <string>
@@ -129,6 +130,27 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
       }
       EXPECT_GT(leads, 0) << "no transfer was posted early";
     }
+  } else if (schedule == "balanced_heads") {
+    // What "balanced" (cpu) returns where no sequence plan is within 2%: 2 head groups of
+    // unequal worker counts for odd P (3 -> 2 + 1, 5 -> 3 + 2, 7 -> 4 + 3), summed speeds
+    // following their head counts (SpeedBalancedHeadGroups), each a balanced plan at its local
+    // heads; GQA (8 query heads over 4 kv heads), unequal speeds.
+    if (P < 3) GTEST_SKIP() << "two groups with a sequence plan need P >= 3";
+    shape.q_heads = 8;
+    shape.kv_heads = 4;
+    req.schedule = "balanced";
+    req.shape =
+        AttentionShape{shape.batch, shape.q_heads, shape.kv_heads, shape.head_dim, shape.dtype};
+    for (int w = 0; w < P; ++w) req.speeds.push_back(1.0 + 0.5 * (w % 3));
+    const HeadGroupSplit groups = SpeedBalancedHeadGroups(req, 2);
+    ASSERT_EQ(groups.members.size(), 2u);
+    if (P % 2 != 0) {
+      EXPECT_NE(groups.members[0].size(), groups.members[1].size());
+    }
+    plan = MakeHeadsPlan(req, groups);
+    ASSERT_FALSE(plan->workers.empty());
+    plan->schedule = "balanced";
+    for (const WorkerPlan& w : plan->workers) EXPECT_FALSE(w.kv_heads.empty());
   } else if (schedule == "ring_kvs") {
     // K/V-stationary backwards (query pieces travel, dQ partials home, dK/dV stay): the cut ring
     // (steps cut by work, tiny pieces) for even P, the striped ring with 1-3 pieces otherwise.
@@ -226,7 +248,8 @@ INSTANTIATE_TEST_SUITE_P(
     AllSchedules, SimulationTest,
     ::testing::Combine(::testing::Values("ring", "distflash", "zigzag", "balanced", "striped",
                                          "striped_bb", "tiled", "tiled_pf", "balanced_gpu",
-                                         "ring_kvs", "striped_lead", "heads", "heads_dealt"),
+                                         "ring_kvs", "striped_lead", "heads", "heads_dealt",
+                                         "balanced_heads"),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::get<0>(info.param) + "_P" + std::to_string(std::get<1>(info.param)) +
