@@ -43,6 +43,14 @@ namespace dfa::cuda {
 constexpr int kBwdPersistSlots = 64;
 static __device__ unsigned int g_bwd_persist_counters[kBwdPersistSlots];
 
+// The descriptor of the element `elems` 2-byte elements after the one `desc` describes (same
+// LBO / SBO / swizzle): the start address field is bits 0..13 in 16-byte units and shared memory
+// addresses stay below 256 KB, so the sum never carries out of it (a 32-bit add).
+__device__ __forceinline__ uint64_t DescPlus(uint64_t desc, int elems) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + static_cast<uint32_t>((elems * 2) >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 template <int kD>
 struct BwdPersistTraits : BwdPipeTraits<kD, BwdPipeVariant::kDefer> {
   using Base = BwdPipeTraits<kD, BwdPipeVariant::kDefer>;
@@ -118,7 +126,9 @@ __global__ void __launch_bounds__(384, 1)
     const int lin = *reinterpret_cast<volatile int*>(s_tile + (j & 1));
     __syncwarp();
     if (lane == 0) MbarArrive(tile_empty + (j & 1));
-    return lin;
+    // Broadcast from lane 0: the compiler then knows the id (and the item loop bounds derived
+    // from it) to be warp-uniform and keeps the wgmma descriptors in uniform registers.
+    return __shfl_sync(0xffffffffu, lin, 0);
   };
 
   if (tid == 0) {
@@ -255,6 +265,12 @@ __global__ void __launch_bounds__(384, 1)
     }
   };
 
+  // wgmma descriptors: a base per operand tile, k-steps added with DescPlus (the compiler cannot
+  // keep them in uniform registers here, so each MakeSmemDesc per wgmma would be vector work).
+  const uint64_t desc_k = MakeSmemDesc(s_k + cw * 64 * 64, 16, 1024);  // K-major, own 64 keys
+  const uint64_t desc_v = MakeSmemDesc(s_v + cw * 64 * 64, 16, 1024);
+  const uint64_t desc_k_mn = MakeSmemDesc(s_k + cw * kBlockN * 64, kBlockN * 64 * 2, 1024);
+
   int g = 0, tile_iter = 0;
   for (int j = 0;; ++j) {
     const int lin = read_tile(j);
@@ -280,42 +296,45 @@ __global__ void __launch_bounds__(384, 1)
       T* s_ds = s_ds_base + (g % 3) * Cfg::kDsElems;
       const float* s_lse_cur = s_lse + s * kBlockM;
       const float* s_delta_cur = s_delta + s * kBlockM;
+      const uint64_t desc_q = MakeSmemDesc(s_q, 16, 1024);
+      const uint64_t desc_do = MakeSmemDesc(s_do, 16, 1024);
+      const uint64_t desc_q_mn = MakeSmemDesc(s_q, kBlockM * 64 * 2, 1024);
+      const uint64_t desc_do_mn = MakeSmemDesc(s_do, kBlockM * 64 * 2, 1024);
       MbarWait(full + s, (g / kStages) & 1);
       float st[kNS], dpt[kNS];
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
         const int off = (kk & 3) * 16;
-        const uint64_t da =
-            MakeSmemDesc(s_k + (kk >> 2) * kBlockN * 64 + cw * 64 * 64 + off, 16, 1024);
-        const uint64_t db = MakeSmemDesc(s_q + (kk >> 2) * kBlockM * 64 + off, 16, 1024);
+        const uint64_t da = DescPlus(desc_k, (kk >> 2) * kBlockN * 64 + off);
+        const uint64_t db = DescPlus(desc_q, (kk >> 2) * kBlockM * 64 + off);
         WgmmaSS<T, kBlockM, 0, 0>::Run(st, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
         const int off = (kk & 3) * 16;
-        const uint64_t da =
-            MakeSmemDesc(s_v + (kk >> 2) * kBlockN * 64 + cw * 64 * 64 + off, 16, 1024);
-        const uint64_t db = MakeSmemDesc(s_do + (kk >> 2) * kBlockM * 64 + off, 16, 1024);
+        const uint64_t da = DescPlus(desc_v, (kk >> 2) * kBlockN * 64 + off);
+        const uint64_t db = DescPlus(desc_do, (kk >> 2) * kBlockM * 64 + off);
         WgmmaSS<T, kBlockM, 0, 0>::Run(dpt, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
       WgmmaWait<1>();
       FenceRegs<kNS>(st);
 
-      const bool need_mask =
-          n_valid < kBlockN || (p.causal && p.kv_row0 + n_begin + kBlockN - 1 > p.q_row0 + m_begin);
+      // P^T, masked entries 0: keys past n, and (causal) key - query > the diagonal offset `lim`
+      // (clamped: |key - query| < 128 inside a tile). Selects, not branches: the compiler cannot
+      // prove the tile (read from shared memory) warp-uniform, and a branch per element would
+      // cost a convergence barrier each.
+      const int64_t diag = p.q_row0 + m_begin - p.kv_row0 - n_begin;
+      const int lim =
+          p.causal ? static_cast<int>(diag < -256 ? -256 : (diag > 256 ? 256 : diag)) : 256;
 #pragma unroll
       for (int i = 0; i < kNS; ++i) {
         const int ml = (i >> 2) * 8 + 2 * t + (i & 1);
-        float pv = FastExp2(st[i] * scale_log2 - s_lse_cur[ml]);
-        if (need_mask) {
-          const int nl = key_base + ((i >> 1) & 1) * 8;
-          if (nl >= n_valid || (p.causal && p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml))
-            pv = 0.f;
-        }
-        st[i] = pv;
+        const int nl = key_base + ((i >> 1) & 1) * 8;
+        const float pv = FastExp2(st[i] * scale_log2 - s_lse_cur[ml]);
+        st[i] = (nl >= n_valid) | (nl - ml > lim) ? 0.f : pv;
       }
       uint32_t ap[kBlockM / 16][4];
 #pragma unroll
@@ -330,7 +349,7 @@ __global__ void __launch_bounds__(384, 1)
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        const uint64_t db = MakeSmemDesc(s_do + kk * 16 * 64, kBlockM * 64 * 2, 1024);
+        const uint64_t db = DescPlus(desc_do_mn, kk * 16 * 64);
         WgmmaRS<T, kD, 1>::Run(acc_dv, ap[kk], db, 1);
       }
       WgmmaCommit();
@@ -368,12 +387,12 @@ __global__ void __launch_bounds__(384, 1)
       if (li > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
       WgmmaFence();
       {
-        const T* ds = s_ds_base + ((g + 2) % 3) * Cfg::kDsElems;
+        const uint64_t desc_ds =
+            MakeSmemDesc(s_ds_base + ((g + 2) % 3) * Cfg::kDsElems, kBlockN * 64 * 2, 1024);
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          const uint64_t da = MakeSmemDesc(ds + kk * 16 * 64, kBlockN * 64 * 2, 1024);
-          const uint64_t db =
-              MakeSmemDesc(s_k + cw * kBlockN * 64 + kk * 16 * 64, kBlockN * 64 * 2, 1024);
+          const uint64_t da = DescPlus(desc_ds, kk * 16 * 64);
+          const uint64_t db = DescPlus(desc_k_mn, kk * 16 * 64);
           WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
         }
         WgmmaCommit();
@@ -381,7 +400,7 @@ __global__ void __launch_bounds__(384, 1)
       FenceRegs<kNA>(acc_dk);
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        const uint64_t db = MakeSmemDesc(s_q + kk * 16 * 64, kBlockM * 64 * 2, 1024);
+        const uint64_t db = DescPlus(desc_q_mn, kk * 16 * 64);
         WgmmaRS<T, kD, 1>::Run(acc_dk, ads[kk], db, 1);
       }
       WgmmaCommit();
@@ -408,13 +427,13 @@ __global__ void __launch_bounds__(384, 1)
       const int dq_item = g - 1;
       MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
       float acc_dq[32];
+      const uint64_t desc_ds_last =
+          MakeSmemDesc(s_ds_base + (dq_item % 3) * Cfg::kDsElems, kBlockN * 64 * 2, 1024);
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t da = MakeSmemDesc(s_ds_base + (dq_item % 3) * Cfg::kDsElems + kk * 16 * 64,
-                                         kBlockN * 64 * 2, 1024);
-        const uint64_t db =
-            MakeSmemDesc(s_k + cw * kBlockN * 64 + kk * 16 * 64, kBlockN * 64 * 2, 1024);
+        const uint64_t da = DescPlus(desc_ds_last, kk * 16 * 64);
+        const uint64_t db = DescPlus(desc_k_mn, kk * 16 * 64);
         WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
