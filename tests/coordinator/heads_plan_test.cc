@@ -1,5 +1,6 @@
 // Schedule "heads" (head groups, plan.h) and "auto": the plans the planner makes, what CheckPlan
 // refuses in head-split plans, and the cost model at each worker's local heads.
+#include <algorithm>
 #include <string>
 
 #include "coordinator/planner/cost_model.h"
@@ -193,6 +194,86 @@ TEST(HeadsPlanTest, AutoPicksTheCheaperSchedule) {
   ASSERT_TRUE(uneven.ok()) << uneven.status();
   EXPECT_EQ(uneven->schedule, "balanced");
   for (const WorkerPlan& w : uneven->workers) EXPECT_TRUE(w.kv_heads.empty());
+}
+
+// Speed-balanced groups of any worker counts (what "balanced" splits into): cycling speeds
+// 1..4 at P = 37 (sum 91) over 32 kv heads in 2 groups cannot be 16 + 16 heads on 45.5 + 45.5;
+// the partition reaches a heads / speed within 1% of 32 / 91 with groups of unequal counts
+// (2-4 groups; within 2% with 8).
+// Every worker in one group, members ascending, heads >= 1 each and summing to kv_heads.
+TEST(HeadsPlanTest, SpeedBalancedGroupsFollowTheHeadCounts) {
+  std::vector<double> speeds;
+  for (int w = 0; w < 37; ++w) speeds.push_back(1 + w % 4);
+  const PlanRequest r = Request("balanced", 37, 262144, 32, 32, speeds);
+  for (int g : {2, 3, 5, 8}) {
+    const HeadGroupSplit groups = SpeedBalancedHeadGroups(r, g);
+    ASSERT_EQ(groups.members.size(), static_cast<size_t>(g));
+    ASSERT_EQ(groups.kv_heads.size(), static_cast<size_t>(g));
+    std::vector<int> seen(37, 0);
+    int heads = 0;
+    double worst = 0;
+    for (int i = 0; i < g; ++i) {
+      EXPECT_GE(groups.kv_heads[i], 1);
+      heads += groups.kv_heads[i];
+      EXPECT_TRUE(std::is_sorted(groups.members[i].begin(), groups.members[i].end()));
+      double sum = 0;
+      for (int m : groups.members[i]) {
+        ++seen[m];
+        sum += speeds[m];
+      }
+      worst = std::max(worst, groups.kv_heads[i] / sum);
+    }
+    EXPECT_EQ(heads, 32);
+    for (int w = 0; w < 37; ++w) EXPECT_EQ(seen[w], 1) << "worker " << w;
+    EXPECT_NEAR(HeadGroupsLoad(r, groups), worst * 91 / 32, 1e-12);
+    // 8 groups of ~4 heads on ~11.4 speed: integer sums cannot get closer than ~1.5%.
+    EXPECT_LE(HeadGroupsLoad(r, groups), g <= 4 ? 1.01 : 1.02) << g << " groups";
+  }
+  const HeadGroupSplit two = SpeedBalancedHeadGroups(r, 2);
+  EXPECT_NE(two.members[0].size(), two.members[1].size());
+  EXPECT_TRUE(SpeedBalancedHeadGroups(r, 1).members.empty());
+  EXPECT_TRUE(SpeedBalancedHeadGroups(r, 33).members.empty());  // more groups than kv heads
+  EXPECT_TRUE(SpeedBalancedHeadGroups(Request("balanced", 3, 100, 8, 8), 4).members.empty());
+}
+
+// Explicit groups of unequal worker counts: each group a sequence plan at its local heads, no
+// transfer between groups; bad groups make no plan.
+TEST(HeadsPlanTest, ExplicitGroupsOfUnequalCounts) {
+  const PlanRequest r = Request("heads", 5, 999, 8, 4, {1, 2, 1, 1, 1});
+  const Plan plan = MakeHeadsPlan(r, HeadGroupSplit{{{0, 2, 4}, {1, 3}}, {2, 2}});
+  ASSERT_EQ(plan.num_workers(), 5);
+  ASSERT_TRUE(CheckPlan(plan, Shape(r)).ok()) << CheckPlan(plan, Shape(r)).status();
+  for (int w : {0, 2, 4}) EXPECT_EQ(plan.workers[w].kv_heads, (HeadRange{0, 2}));
+  for (int w : {1, 3}) EXPECT_EQ(plan.workers[w].kv_heads, (HeadRange{2, 4}));
+  int sends = 0;
+  for (int w = 0; w < 5; ++w) {
+    for (const PlanStep& s : plan.workers[w].forward) {
+      for (const Transfer& x : s.sends) {
+        ++sends;
+        EXPECT_EQ(plan.workers[x.peer].kv_heads, plan.workers[w].kv_heads) << "worker " << w;
+      }
+    }
+  }
+  EXPECT_GT(sends, 0);
+  for (const HeadGroupSplit& bad :
+       {HeadGroupSplit{{{0, 2, 4}, {1, 3}}, {2, 1}},       // heads do not sum to 4
+        HeadGroupSplit{{{0, 2, 4}, {1, 3}}, {4, 0}},       // a group without heads
+        HeadGroupSplit{{{0, 2, 4}, {1, 3, 4}}, {2, 2}},    // worker 4 twice
+        HeadGroupSplit{{{0, 2}, {1, 3}}, {2, 2}},          // worker 4 in no group
+        HeadGroupSplit{{{0, 1, 2, 3, 4}, {}}, {2, 2}},     // an empty group
+        HeadGroupSplit{{{0, 2, 4}, {1, 3, 5}}, {2, 2}}}) {  // no worker 5
+    EXPECT_TRUE(MakeHeadsPlan(r, bad).workers.empty());
+  }
+}
+
+TEST(HeadsPlanTest, ValidationNamesTheSessionShape) {
+  PlanRequest r = Request("balanced", 3, 100, 4, 2);
+  r.session_shape = AttentionShape{1, 6, 4, 64, DType::kBF16};
+  const absl::Status bad = ValidatePlanRequest(r);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("session_shape"), absl::string_view::npos) << bad;
+  r.session_shape = AttentionShape{1, 8, 4, 64, DType::kBF16};
+  EXPECT_TRUE(ValidatePlanRequest(r).ok());
 }
 
 // What CheckPlan refuses in head-split plans, each naming the worker or group.
