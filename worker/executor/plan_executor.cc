@@ -127,6 +127,11 @@ class PassRunner {
   std::vector<std::set<int>> leads_;  // [step]: leads of its non-partial transfers
   std::unique_ptr<DeviceBuffer> out_acc_;  // forward fp32 output accumulator (dtype != f32)
   TensorView out_view_;                    // fp32 [B, rows, Hq, D] accumulator view
+  // Forward, session dtype != f32: every owned row is written by exactly one call and nothing
+  // is merged into it (no kOutPartial arrives; e.g. a head group of one worker, or P = 1). Then
+  // the calls write O in the session's dtype straight into storage: no fp32 accumulator, no
+  // Convert at the end (cuDNN writes its bf16 O in place instead of through two conversions).
+  bool SingleWriterForward() const;
   // Forward: local rows of the output accumulator (and LSE) that hold a partial already. The
   // first call on rows writes them (accumulate = false): no zeroing and -inf fill per pass.
   std::vector<RowRange> acc_ready_;
@@ -572,9 +577,37 @@ absl::Status PassRunner::PrepareAccRows(int64_t a, int64_t m, bool* fresh) {
   return absl::OkStatus();
 }
 
+bool PassRunner::SingleWriterForward() const {
+  const std::vector<RowRange>& owned = st_->owned();
+  std::vector<RowRange> written;
+  for (const PlanStep& step : pass()) {
+    for (const Transfer& x : step.recvs) {
+      if (x.tensor == PlanTensor::kOutPartial) return false;
+    }
+    for (const ComputeOp& op : step.computes) {
+      for (const RowRange& r : owned) {
+        if (r.Contains(op.q_rows)) written.push_back(op.q_rows);
+      }
+    }
+  }
+  std::sort(written.begin(), written.end(),
+            [](const RowRange& a, const RowRange& b) { return a.begin < b.begin; });
+  int64_t covered = 0, total = 0;
+  for (size_t i = 0; i < written.size(); ++i) {
+    if (i > 0 && written[i].begin < written[i - 1].end) return false;  // a row written twice
+    covered += written[i].size();
+  }
+  for (const RowRange& r : owned) total += r.size();
+  return covered == total;
+}
+
 absl::Status PassRunner::InitAccRows(const RowRange& local) {
   const int64_t n = local.size();
   if (n <= 0) return absl::OkStatus();
+  if (out_view_.dtype != DType::kF32) {  // single-writer forward: never merges, never fills
+    return absl::InternalError(absl::StrCat("worker ", rank_, ": output rows [", local.begin, ", ",
+                                            local.end, ") need a merge in a single-writer pass"));
+  }
   StepStats unattributed;  // only outside the steps (none exist)
   StepStats& counts = cur_ != nullptr ? *cur_ : unattributed;
   const TensorView out = out_view_.Slice(local.begin, n);
@@ -666,7 +699,11 @@ absl::StatusOr<PassStats> PassRunner::Run() {
   // Accumulators.
   if (fwd_) {
     out_view_ = st_->o();
-    if (shape_.dtype != DType::kF32) {
+    static const bool single_writer = [] {  // DFA_DIRECT_OUT=0: always the fp32 accumulator
+      const char* v = std::getenv("DFA_DIRECT_OUT");
+      return v == nullptr || v[0] != '0';
+    }();
+    if (shape_.dtype != DType::kF32 && !(single_writer && SingleWriterForward())) {
       const int64_t bytes = int64_t{shape_.batch} * rows * shape_.q_heads * shape_.head_dim * 4;
       ASSIGN_OR_RETURN(void* p, backend_->Alloc(static_cast<size_t>(bytes)));
       out_acc_ = std::make_unique<DeviceBuffer>(backend_, p);

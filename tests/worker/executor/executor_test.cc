@@ -1,4 +1,5 @@
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "coordinator/planner/planner.h"
@@ -178,6 +179,53 @@ TEST(PlanExecutorTest, CallsOverPartlyWrittenRowsInitialiseTheRest) {
   ASSERT_EQ(a->out.size(), b->out.size());
   for (size_t i = 0; i < a->out.size(); ++i) ASSERT_NEAR(a->out[i], b->out[i], 1e-5) << i;
   for (size_t i = 0; i < a->lse.size(); ++i) ASSERT_NEAR(a->lse[i], b->lse[i], 1e-5) << i;
+}
+
+// A bf16 forward whose rows each get one call and no partial (one worker, one op: the executor
+// writes O in bf16 straight into storage, no fp32 accumulator) equals the same pass done in
+// pieces through the accumulator (merges in fp32, one rounding at the end) to bf16 rounding.
+TEST(PlanExecutorTest, SingleWriterBf16ForwardMatchesAccumulatedPieces) {
+  auto hand = [](std::vector<std::vector<ComputeOp>> steps, bool causal) {
+    Plan plan;
+    plan.schedule = "hand";
+    plan.seq_len = 24;
+    plan.causal = causal;
+    plan.workers.resize(1);
+    plan.workers[0].owned = {{0, 24}};
+    for (auto& ops : steps) {
+      PlanStep st;
+      st.computes = ops;
+      plan.workers[0].forward.push_back(st);
+    }
+    PlanStep bwd;
+    bwd.computes = {{{0, 24}, {0, 24}}};
+    plan.workers[0].backward = {bwd};
+    return plan;
+  };
+  SessionShape shape{2, 4, 2, 16, DType::kBF16};
+  const size_t nq = 2 * 24 * 4 * 16, nk = 2 * 24 * 2 * 16;
+  SimulationInputs in;
+  for (size_t i = 0; i < nq; ++i) in.q.push_back(static_cast<float>((i * 37) % 11) / 11 - 0.5f);
+  for (size_t i = 0; i < nk; ++i) in.k.push_back(static_cast<float>((i * 53) % 13) / 13 - 0.5f);
+  for (size_t i = 0; i < nk; ++i) in.v.push_back(static_cast<float>((i * 29) % 7) / 7 - 0.5f);
+  in.dout.assign(nq, 0.25f);
+  for (bool causal : {true, false}) {
+    // Disjoint query ranges, one op each: single writer (the second op's rows see all keys).
+    const Plan direct = hand({{{{0, 10}, {0, 24}}}, {{{10, 24}, {0, 24}}}}, causal);
+    const Plan pieces = hand({{{{0, 24}, {0, 12}}}, {{{0, 24}, {12, 24}}}}, causal);
+    auto a = Simulate(direct, shape, in);
+    auto b = Simulate(pieces, shape, in);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(a->out.size(), b->out.size());
+    for (size_t i = 0; i < a->out.size(); ++i) {
+      ASSERT_NEAR(a->out[i], b->out[i], 1e-2 * (1 + std::abs(b->out[i]))) << i << " causal " << causal;
+    }
+    for (size_t i = 0; i < a->lse.size(); ++i) ASSERT_NEAR(a->lse[i], b->lse[i], 1e-4) << i;
+    for (size_t i = 0; i < a->dq.size(); ++i) {
+      ASSERT_NEAR(a->dq[i], b->dq[i], 2e-2 * (1 + std::abs(b->dq[i]))) << i;
+    }
+  }
 }
 
 }  // namespace
