@@ -457,6 +457,12 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+// Tiles (128-key blocks x kv heads x batch) of a backward unit: what Sm90BwdPersist compares
+// with the SM count.
+inline int64_t Sm90BwdTiles(const BwdParams& p) {
+  return (p.n + 127) / 128 * p.kv_heads * int64_t{p.batch};
+}
+
 // Queues the persistent backward (head dim 128; mode 4: warpgroup 1 starts after warpgroup 0's
 // first P^T, 5: together, DFA_CUDA_BWD_START overrides). Returns cudaErrorNotSupported, with
 // nothing queued, when TMA cannot describe the tensors or the grid is too large for int ids.
