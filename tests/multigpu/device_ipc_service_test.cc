@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
+#include <string>
 #include <vector>
 
 #include "client/cuda_tensor_io.h"
@@ -82,7 +84,9 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
       << what << ": max |ipc - host| " << max_diff << " against max |host| " << max_ref;
 }
 
-class DeviceIpcServiceTest : public ::testing::TestWithParam<bool> {
+// Parameters: causal, and the IPC session's schedule ("heads": each worker holds all rows of its
+// heads, so the client's refs are head slices of its tensors; the host reference stays balanced).
+class DeviceIpcServiceTest : public ::testing::TestWithParam<std::tuple<bool, std::string>> {
  protected:
   // One cluster per suite (cuda workers take seconds to start); sessions per test.
   static void SetUpTestSuite() {
@@ -118,9 +122,11 @@ class DeviceIpcServiceTest : public ::testing::TestWithParam<bool> {
   void TearDown() override {
     for (void* p : device_) cudaFree(p);
   }
-  std::unique_ptr<client::Session> NewSession(const v1::AttentionSpec& spec) {
+  std::unique_ptr<client::Session> NewSession(const v1::AttentionSpec& spec,
+                                              const std::string& schedule = "") {
     client::SessionOptions so;
     so.spec = spec;
+    so.schedule = schedule;
     auto s = client_->CreateSession(so);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
@@ -140,7 +146,8 @@ client::LocalCluster* DeviceIpcServiceTest::cluster_ = nullptr;
 absl::Status* DeviceIpcServiceTest::start_error_ = nullptr;
 
 TEST_P(DeviceIpcServiceTest, ForwardBackwardByIpcMatchesHostUploads) {
-  const bool causal = GetParam();
+  const bool causal = std::get<0>(GetParam());
+  const std::string schedule = std::get<1>(GetParam());
   const v1::AttentionSpec spec = testing::MakeSpec(2, 2048, 4, 2, 64, causal, v1::DTYPE_BF16);
   const testing::TrainingInputs in = testing::RandomInputs(spec, 11);
   const int64_t B = spec.batch(), S = spec.seq_len(), H = spec.q_heads(), D = spec.head_dim();
@@ -163,8 +170,13 @@ TEST_P(DeviceIpcServiceTest, ForwardBackwardByIpcMatchesHostUploads) {
   }
 
   // The same job by CUDA IPC from this process's GPU 0.
-  auto ipc = NewSession(spec);
+  auto ipc = NewSession(spec, schedule);
   ASSERT_NE(ipc, nullptr);
+  if (schedule == "heads" && ipc->num_workers() > 1) {  // the refs really are head slices
+    for (const v1::ShardPlacement& p : ipc->info().shards()) {
+      EXPECT_LT(p.kv_heads().end() - p.kv_heads().begin(), spec.kv_heads()) << p.DebugString();
+    }
+  }
   const std::vector<int64_t> q_shape{B, S, H, D}, kv_shape{B, S, spec.kv_heads(), D};
   const DeviceTensor q = DeviceTensor::Dense(Track(ToDevice(in.q)), DType::kBF16, q_shape);
   const DeviceTensor k = DeviceTensor::Dense(Track(ToDevice(in.k)), DType::kBF16, kv_shape);
@@ -222,8 +234,14 @@ TEST_P(DeviceIpcServiceTest, ForwardBackwardByIpcMatchesHostUploads) {
   ExpectClose(bshd, F32Of(want[v1::TENSOR_DQ]), 1e-2, "dQ (fp32, seq-major)");
 }
 
-INSTANTIATE_TEST_SUITE_P(Masks, DeviceIpcServiceTest, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "causal" : "full"; });
+INSTANTIATE_TEST_SUITE_P(MasksSchedules, DeviceIpcServiceTest,
+                         ::testing::Combine(::testing::Values(true, false),
+                                            ::testing::Values(std::string("balanced"),
+                                                              std::string("heads"))),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "causal_" : "full_") +
+                                  std::get<1>(info.param);
+                         });
 
 // Errors a GPU client meets: host memory is not exportable (client side), and an allocation
 // smaller than the tensor it claims to hold is refused by the worker naming the range.
