@@ -11,7 +11,8 @@
 // (pattern, mask), the worst forward and backward ratio over the P range, where it happens, the
 // P values above 1.02, and the largest number of compute ops of one worker; --per-p prints every
 // P (with its head groups: "balanced" splits the kv heads where no sequence plan is within 2%).
-// Every plan is checked with CheckPlan at the sweep's shape (exit 1 if one fails). Exit 2 on bad flags.
+// Every plan is checked with CheckPlan at the sweep's shape (exit 1 if one fails). Exit 2 on bad
+// flags.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,7 +68,8 @@ int MaxOps(const dfa::Plan& plan, bool forward) {
 // Head groups of a plan (distinct kv head ranges; 1: every worker holds every head).
 int HeadGroupCount(const dfa::Plan& plan) {
   std::vector<std::pair<int, int>> ranges;
-  for (const dfa::WorkerPlan& w : plan.workers) ranges.emplace_back(w.kv_heads.begin, w.kv_heads.end);
+  for (const dfa::WorkerPlan& w : plan.workers)
+    ranges.emplace_back(w.kv_heads.begin, w.kv_heads.end);
   std::sort(ranges.begin(), ranges.end());
   return static_cast<int>(std::unique(ranges.begin(), ranges.end()) - ranges.begin());
 }

@@ -256,11 +256,11 @@ TEST(HeadsPlanTest, ExplicitGroupsOfUnequalCounts) {
   }
   EXPECT_GT(sends, 0);
   for (const HeadGroupSplit& bad :
-       {HeadGroupSplit{{{0, 2, 4}, {1, 3}}, {2, 1}},       // heads do not sum to 4
-        HeadGroupSplit{{{0, 2, 4}, {1, 3}}, {4, 0}},       // a group without heads
-        HeadGroupSplit{{{0, 2, 4}, {1, 3, 4}}, {2, 2}},    // worker 4 twice
-        HeadGroupSplit{{{0, 2}, {1, 3}}, {2, 2}},          // worker 4 in no group
-        HeadGroupSplit{{{0, 1, 2, 3, 4}, {}}, {2, 2}},     // an empty group
+       {HeadGroupSplit{{{0, 2, 4}, {1, 3}}, {2, 1}},        // heads do not sum to 4
+        HeadGroupSplit{{{0, 2, 4}, {1, 3}}, {4, 0}},        // a group without heads
+        HeadGroupSplit{{{0, 2, 4}, {1, 3, 4}}, {2, 2}},     // worker 4 twice
+        HeadGroupSplit{{{0, 2}, {1, 3}}, {2, 2}},           // worker 4 in no group
+        HeadGroupSplit{{{0, 1, 2, 3, 4}, {}}, {2, 2}},      // an empty group
         HeadGroupSplit{{{0, 2, 4}, {1, 3, 5}}, {2, 2}}}) {  // no worker 5
     EXPECT_TRUE(MakeHeadsPlan(r, bad).workers.empty());
   }
