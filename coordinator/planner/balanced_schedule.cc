@@ -239,8 +239,9 @@ bool Better(const Score& a, const Score& b, bool true_time) {
 // FLOPs both scale with the heads), so groups whose speed sums follow their head counts
 // (SpeedBalancedHeadGroups) take each worker's K/V volume down by the group count. Tries
 // g = 2, 3, ... up to kv_heads (skipping groupings whose compute alone is off by more than
-// kBalanceTarget), each costed at the session shape, and stops at the first within the target
-// (fewest groups: the least search time; larger groups would only add per-op savings).
+// kBalanceTarget), each costed at the session shape (and so is the sequence plan it must beat
+// when that shape is not the reference one), and stops at the first within the target (fewest
+// groups: the least search time; more groups would only add per-op savings).
 Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score) {
   const AttentionShape& shape = r.session_shape;
   if (shape.batch < 1 || shape.kv_heads < 2 || r.workers < 2) return best;
@@ -250,6 +251,13 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score) {
   std::vector<double> speeds = r.speeds;
   if (speeds.empty()) speeds.assign(r.workers, 1.0);
   const CostParams params = CpuCostParams(shape, speeds);
+  // Compare at one shape: when the session's differs from the reference the sequence plan was
+  // ranked at, rank the sequence plan at the session's too (what the plan will be run at).
+  const AttentionShape& ref = r.shape;
+  if (shape.batch != ref.batch || shape.q_heads != ref.q_heads || shape.kv_heads != ref.kv_heads ||
+      shape.head_dim != ref.head_dim || shape.dtype != ref.dtype) {
+    best_score = Evaluate(best, params, /*true_time=*/false);
+  }
   for (int g = 2; g <= std::min(r.workers, shape.kv_heads); ++g) {
     const HeadGroupSplit groups = SpeedBalancedHeadGroups(heads, g);
     if (groups.members.empty() || HeadGroupsLoad(heads, groups) > kBalanceTarget) continue;
