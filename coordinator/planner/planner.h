@@ -15,7 +15,9 @@
 //             speed-proportional shards with K/V sent straight from the owner, and
 //             (P >= 16) 2-D tiled plans (MakeTiledPlan); profile "cpu", when no candidate is
 //             within kBalanceTarget, also the forward of one candidate with the backward of
-//             another of the same layout (planner_internal::TakeBackwardFrom).
+//             another of the same layout (planner_internal::TakeBackwardFrom), and when still
+//             none is and PlanRequest::session_shape is given, head groups of any worker counts
+//             (SpeedBalancedHeadGroups, each group a sequence plan; WorkerPlan::kv_heads set).
 //   heads     head groups (plan.h "Head groups", DeepSpeed-Ulysses style): g groups of P/g
 //             workers (consecutive; with unequal speeds dealt by speed when that evens the
 //             load), g = the largest divisor of P with g <= kv_heads, each group
