@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -61,19 +63,33 @@ bool LooksLikeLostPort(const absl::Status& s) {
 }  // namespace
 
 absl::StatusOr<int> LocalCluster::FreePort() {
-  // A random free port below the ephemeral range; the kernel's pick as the fallback.
+  // A random free port below the ephemeral range; the kernel's pick as the fallback. A port is
+  // handed out at most once per process: a daemon binds its port some time after the pick, and
+  // a second pick of the same (still free) port for another daemon of the same cluster would
+  // put two daemons on one address.
+  static std::mutex mu;
+  static std::set<int> given;
   static std::mt19937 rng(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
   const int low = 10000, high = EphemeralLow();
   if (high - low > 1000) {
     std::uniform_int_distribution<int> pick(low, high - 1);
-    for (int i = 0; i < 64; ++i) {
-      const int p = TryBind(pick(rng));
-      if (p > 0) return p;
+    for (int i = 0; i < 256; ++i) {
+      const int candidate = pick(rng);
+      if (given.count(candidate)) continue;
+      const int p = TryBind(candidate);
+      if (p > 0) {
+        given.insert(p);
+        return p;
+      }
     }
   }
-  const int p = TryBind(0);
-  if (p <= 0) return absl::UnavailableError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(errno)));
-  return p;
+  for (int i = 0; i < 64; ++i) {
+    const int p = TryBind(0);
+    if (p <= 0) return absl::UnavailableError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(errno)));
+    if (given.insert(p).second) return p;
+  }
+  return absl::UnavailableError("no free port on 127.0.0.1 that this process has not handed out");
 }
 
 namespace {

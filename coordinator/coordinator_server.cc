@@ -51,6 +51,9 @@ absl::Status CoordinatorServer::Start() {
   int port = 0;
   builder.AddListeningPort(options_.listen, security->ServerCredentials(), &port);
   builder.RegisterService(service_.get());
+  // No SO_REUSEPORT: a second daemon on a port already in use fails to bind (and says so)
+  // instead of sharing the port's connections with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
     service_.reset();

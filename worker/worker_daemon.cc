@@ -197,6 +197,9 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   builder.AddListeningPort(o.listen, (*security)->ServerCredentials(), &bound_port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // No SO_REUSEPORT: a second daemon on a port already in use fails to bind (and says so)
+  // instead of sharing the port's connections with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 
   // Metrics carry the worker id, which may depend on the bound port: they are attached to the
   // service right after binding, before anyone (coordinator, client) learns the address.
