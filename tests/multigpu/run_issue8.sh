@@ -13,7 +13,7 @@
 # Every wait is bounded; the whole call keeps inside DEADLINE seconds (configs that would start
 # past their phase's budget are skipped and listed as such); daemons are stopped by a trap.
 # Environment (defaults in brackets): OUT [./gpu-out], GPUS [all], SIZES ["2 GPUS"],
-#   SEQS ["131072 524288"], MASKS ["causal full"], SCHEDULES ["balanced zigzag ring distflash"],
+#   SEQS ["131072 524288"], MASKS ["causal full"], SCHEDULES ["balanced heads zigzag ring distflash"],
 #   LONGEST_SEQS [8 GPUs: "1048576 2097152"; 4: "1048576"], REPEAT [2], STEP_TIMEOUT [150],
 #   DEADLINE [570], SERVICE_BUDGET [DEADLINE - TORCH_BUDGET - 40], TORCH_BUDGET [170],
 #   TORCH_BACKENDS [cudnn], TORCH_LONGEST [""], VERIFY_SEQ [4096], DFA_BACKEND [cuda],
@@ -35,7 +35,7 @@ fi
 SIZES=${SIZES:-$( ((ngpu > 2)) && echo "2 $ngpu" || echo "$ngpu")}
 SEQS=${SEQS-"131072 524288"}  # may be set empty (only the longest probe)
 MASKS=${MASKS:-"causal full"}
-SCHEDULES=${SCHEDULES:-"balanced zigzag ring distflash"}
+SCHEDULES=${SCHEDULES:-"balanced heads zigzag ring distflash"}
 if ((ngpu >= 8)); then LONGEST_SEQS=${LONGEST_SEQS-"1048576 2097152"}; else LONGEST_SEQS=${LONGEST_SEQS-"1048576"}; fi
 REPEAT=${REPEAT:-2}
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
