@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "client/cuda_tensor_io.h"
+#include "tests/client/client_test_util.h"
 
 namespace dfa::client {
 namespace {
@@ -19,12 +20,7 @@ v1::AttentionSpec Spec() {
   return s;
 }
 
-v1::RowRange R(int64_t b, int64_t e) {
-  v1::RowRange r;
-  r.set_begin(b);
-  r.set_end(e);
-  return r;
-}
+using test_util::R;
 
 TEST(CudaRequestTest, HeadSliceRefStartsAtItsFirstHeadWithFullStrides) {
   const auto spec = Spec();

@@ -9,30 +9,15 @@
 
 #include "client/placement.h"
 #include "client/shard_io.h"
+#include "tests/client/client_test_util.h"
 #include "worker/chunk_wire.h"
 #include "worker/crc32c.h"
 
 namespace dfa::client {
 namespace {
 
-v1::AttentionSpec Spec(int batch, int64_t seq, int hq, int hkv, int d) {
-  v1::AttentionSpec s;
-  s.set_batch(batch);
-  s.set_seq_len(seq);
-  s.set_q_heads(hq);
-  s.set_kv_heads(hkv);
-  s.set_head_dim(d);
-  s.set_causal(true);
-  s.set_dtype(v1::DTYPE_BF16);
-  return s;
-}
-
-v1::RowRange R(int64_t b, int64_t e) {
-  v1::RowRange r;
-  r.set_begin(b);
-  r.set_end(e);
-  return r;
-}
+using test_util::R;
+using test_util::Spec;
 
 HostTensor Filled(const v1::AttentionSpec& spec, v1::TensorKind kind) {
   auto t = MakeTensor(spec, kind);

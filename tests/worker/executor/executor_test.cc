@@ -18,6 +18,26 @@ std::unique_ptr<AttentionBackend> Cpu() {
   return std::move(*b);
 }
 
+// A hand-made plan for one worker owning [0, seq): one forward step per entry of `steps` (its
+// compute ops), and one backward step computing the whole square.
+Plan OneWorkerPlan(int64_t seq, bool causal, std::vector<std::vector<ComputeOp>> steps) {
+  Plan plan;
+  plan.schedule = "hand";
+  plan.seq_len = seq;
+  plan.causal = causal;
+  plan.workers.resize(1);
+  plan.workers[0].owned = {{0, seq}};
+  for (auto& ops : steps) {
+    PlanStep st;
+    st.computes = std::move(ops);
+    plan.workers[0].forward.push_back(st);
+  }
+  PlanStep bwd;
+  bwd.computes = {{{0, seq}, {0, seq}}};
+  plan.workers[0].backward = {bwd};
+  return plan;
+}
+
 TEST(SessionStorageTest, BytesAndLocalRows) {
   auto backend = Cpu();
   SessionShape shape{2, 4, 2, 8, DType::kBF16};
@@ -146,25 +166,9 @@ TEST(PlanExecutorTest, ReportsStepStatsThatAddUp) {
 // some hold a partial initialises the others first. A hand plan (P = 1, full mask, batch 2) whose
 // second op covers written and unwritten rows must give the one-op plan's output.
 TEST(PlanExecutorTest, CallsOverPartlyWrittenRowsInitialiseTheRest) {
-  auto one_step = [](std::vector<std::vector<ComputeOp>> steps) {
-    Plan plan;
-    plan.schedule = "hand";
-    plan.seq_len = 16;
-    plan.causal = false;
-    plan.workers.resize(1);
-    plan.workers[0].owned = {{0, 16}};
-    for (auto& ops : steps) {
-      PlanStep st;
-      st.computes = ops;
-      plan.workers[0].forward.push_back(st);
-    }
-    PlanStep bwd;
-    bwd.computes = {{{0, 16}, {0, 16}}};
-    plan.workers[0].backward = {bwd};
-    return plan;
-  };
-  const Plan pieces = one_step({{{{8, 16}, {0, 8}}}, {{{0, 16}, {8, 16}}}, {{{0, 8}, {0, 8}}}});
-  const Plan whole = one_step({{{{0, 16}, {0, 16}}}});
+  const Plan pieces =
+      OneWorkerPlan(16, false, {{{{8, 16}, {0, 8}}}, {{{0, 16}, {8, 16}}}, {{{0, 8}, {0, 8}}}});
+  const Plan whole = OneWorkerPlan(16, false, {{{{0, 16}, {0, 16}}}});
   SessionShape shape{2, 2, 1, 8, DType::kF32};
   const size_t nq = 2 * 16 * 2 * 8, nk = 2 * 16 * 8;
   SimulationInputs in;
@@ -185,23 +189,6 @@ TEST(PlanExecutorTest, CallsOverPartlyWrittenRowsInitialiseTheRest) {
 // writes O in bf16 straight into storage, no fp32 accumulator) equals the same pass done in
 // pieces through the accumulator (merges in fp32, one rounding at the end) to bf16 rounding.
 TEST(PlanExecutorTest, SingleWriterBf16ForwardMatchesAccumulatedPieces) {
-  auto hand = [](std::vector<std::vector<ComputeOp>> steps, bool causal) {
-    Plan plan;
-    plan.schedule = "hand";
-    plan.seq_len = 24;
-    plan.causal = causal;
-    plan.workers.resize(1);
-    plan.workers[0].owned = {{0, 24}};
-    for (auto& ops : steps) {
-      PlanStep st;
-      st.computes = ops;
-      plan.workers[0].forward.push_back(st);
-    }
-    PlanStep bwd;
-    bwd.computes = {{{0, 24}, {0, 24}}};
-    plan.workers[0].backward = {bwd};
-    return plan;
-  };
   SessionShape shape{2, 4, 2, 16, DType::kBF16};
   const size_t nq = 2 * 24 * 4 * 16, nk = 2 * 24 * 2 * 16;
   SimulationInputs in;
@@ -211,8 +198,8 @@ TEST(PlanExecutorTest, SingleWriterBf16ForwardMatchesAccumulatedPieces) {
   in.dout.assign(nq, 0.25f);
   for (bool causal : {true, false}) {
     // Disjoint query ranges, one op each: single writer (the second op's rows see all keys).
-    const Plan direct = hand({{{{0, 10}, {0, 24}}}, {{{10, 24}, {0, 24}}}}, causal);
-    const Plan pieces = hand({{{{0, 24}, {0, 12}}}, {{{0, 24}, {12, 24}}}}, causal);
+    const Plan direct = OneWorkerPlan(24, causal, {{{{0, 10}, {0, 24}}}, {{{10, 24}, {0, 24}}}});
+    const Plan pieces = OneWorkerPlan(24, causal, {{{{0, 24}, {0, 12}}}, {{{0, 24}, {12, 24}}}});
     auto a = Simulate(direct, shape, in);
     auto b = Simulate(pieces, shape, in);
     ASSERT_TRUE(a.ok()) << a.status();
