@@ -396,20 +396,7 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
       if (!true_time && !order.empty() && *std::min_element(pieces.begin(), pieces.end()) >= 2) {
         consider(kvs_led(1), [kvs_led] { return kvs_led(1); });
       }
-      auto kvs = [r, pieces, order, speeds] {
-        PlanRequest slots = r;
-        std::vector<int> slot_pieces = pieces;
-        if (!order.empty()) {
-          for (int k = 0; k < r.workers; ++k) {
-            slots.speeds[k] = speeds[order[k]];
-            slot_pieces[k] = pieces[order[k]];
-          }
-        }
-        Plan plan = MakeStripedRingPlan(slots, slot_pieces, /*kv_stationary_backward=*/true);
-        planner_internal::EqualizeSteps(plan);
-        if (!order.empty()) planner_internal::PermuteWorkers(plan, order);
-        return plan;
-      };
+      auto kvs = [kvs_led] { return kvs_led(0); };
       Plan kv_base = kvs();
       if (P >= 3) {
         Plan spread = kv_base;
