@@ -147,6 +147,19 @@ class ManifestsTest(unittest.TestCase):
                         if f"$({key})" in " ".join(c.get("args", [])):
                             self.assertIn(int(flags[key]), ports, f"{where}: {key}")
 
+    def test_gpu_workers_are_guaranteed_with_whole_cpus(self):
+        # Exclusive cores under the static CPU manager need Guaranteed QoS and integer CPUs.
+        docs = self.rendered["gpu"]
+        for wl in by_kind(docs, "StatefulSet"):
+            for c in wl["spec"]["template"]["spec"]["containers"]:
+                res = c["resources"]
+                if "nvidia.com/gpu" not in res.get("limits", {}):
+                    continue
+                where = f"gpu {wl['metadata']['name']}/{c['name']}"
+                for k in ("cpu", "memory"):
+                    self.assertEqual(str(res["requests"][k]), str(res["limits"][k]), f"{where}: {k}")
+                self.assertRegex(str(res["limits"]["cpu"]), r"^[0-9]+$", f"{where}: whole CPUs")
+
     def test_gpu_limits_only_in_gpu_overlay(self):
         for overlay, docs in self.rendered.items():
             sts = by_kind(docs, "StatefulSet", "dfa-worker")[0]

@@ -11,7 +11,10 @@
 #   SCHEDULES ("ring distflash balanced"), MASKS ("causal full"), GPUS (all), REPEAT (2),
 #   VERIFY_SEQ (4096), STEP_TIMEOUT (seconds per dfa command, 240),
 #   BACKEND (worker backend: cuda = our kernels, cudnn; default cuda),
-#   CONFIGS (lines "GPUS SCHEDULE causal|full SEQ" replacing the default grid).
+#   CONFIGS (lines "GPUS SCHEDULE causal|full SEQ" replacing the default grid),
+#   PIN (cores per daemon, default unset = no pinning: the coordinator runs on cores [0, PIN),
+#   worker g on [(g+1)*PIN, (g+2)*PIN), through taskset; in this VM thread wake-ups across
+#   cores cost more than the control plane's own work, docs/gpu-service.md "Session 12").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -58,14 +61,18 @@ wait_http() {  # wait_http URL SECONDS
 cport=$(port)
 cmport=$(port)
 coordinator=127.0.0.1:$cport
-"$bin/dfa-coordinator" --listen="$coordinator" --metrics_port="$cmport" >"$run_dir/coordinator.log" 2>&1 &
+pin() {  # pin SLOT: the taskset prefix for daemon SLOT (0 = coordinator, g+1 = worker g)
+  [ -n "${PIN:-}" ] || return 0
+  echo "taskset -c $(($1 * PIN))-$(($1 * PIN + PIN - 1))"
+}
+$(pin 0) "$bin/dfa-coordinator" --listen="$coordinator" --metrics_port="$cmport" >"$run_dir/coordinator.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$cmport/metrics" 30 || exit 1
 for ((g = 0; g < ngpu; g++)); do
   wp=$(port)
   wm=$(port)
   # One GPU per worker: the worker sees it as device 0; NCCL finds the NVLink path by bus id.
-  CUDA_VISIBLE_DEVICES=$g "$bin/dfa-worker" --listen="127.0.0.1:$wp" --advertise="127.0.0.1:$wp" \
+  CUDA_VISIBLE_DEVICES=$g $(pin $((g + 1))) "$bin/dfa-worker" --listen="127.0.0.1:$wp" --advertise="127.0.0.1:$wp" \
     --coordinator="$coordinator" --worker_id="gpu-$g" --backend="${BACKEND:-cuda}" --metrics_port="$wm" \
     ${DFA_WORKER_FLAGS:-} >"$run_dir/worker-$g.log" 2>&1 &
   pids+=($!)
