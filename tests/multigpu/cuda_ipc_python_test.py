@@ -43,6 +43,23 @@ class MakeRequestsTest(unittest.TestCase):
         self.assertEqual(reqs[0].tensor.offset, 30 * 4)
         self.assertEqual(list(reqs[0].tensor.shape), [2, 4, 25])
 
+    def test_head_slice_starts_at_its_first_head_with_full_strides(self):
+        # A head-split shard (schedule "heads") holds kv heads [1, 2): its ref starts at head 1 of
+        # every row, spans 1 head, and keeps the whole tensor's strides.
+        reqs = cuda_ipc.make_requests(SPEC, dfa.K, (2, 100, 2, 8), (1600, 16, 8, 1), 2, 2,
+                                      b"h" * 64, 0, 0, [(0, 100)], True, "boot", (1, 2))
+        self.assertEqual(reqs[0].tensor.offset, 1 * 8 * 2)
+        self.assertEqual(list(reqs[0].tensor.shape), [2, 100, 1, 8])
+        self.assertEqual(list(reqs[0].tensor.strides), [1600, 16, 8, 1])
+        # LSE [B, H, S]: query heads [2, 4) from row 30.
+        reqs = cuda_ipc.make_requests(SPEC, dfa.LSE, (2, 4, 100), (400, 100, 1), 1, 4, b"h" * 64,
+                                      0, 0, [(30, 55)], False, "boot", (2, 4))
+        self.assertEqual(reqs[0].tensor.offset, (30 + 2 * 100) * 4)
+        self.assertEqual(list(reqs[0].tensor.shape), [2, 2, 25])
+        with self.assertRaisesRegex(ValueError, r"heads: \[1, 3\) outside"):
+            cuda_ipc.make_requests(SPEC, dfa.K, (2, 100, 2, 8), (1600, 16, 8, 1), 2, 2,
+                                   b"h" * 64, 0, 0, [(0, 100)], True, "boot", (1, 3))
+
     def test_wrong_sequence_length_names_the_field(self):
         with self.assertRaisesRegex(ValueError, r"tensor.shape\[1\]: 99"):
             cuda_ipc.make_requests(SPEC, dfa.Q, (2, 99, 4, 8), (3168, 32, 8, 1), 2, 2, b"h" * 64,
