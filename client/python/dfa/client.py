@@ -116,7 +116,9 @@ class Client:
         """Creates a session for `spec` (an AttentionSpec, or its fields as keywords).
 
         num_workers 0: all live workers. schedule: "" (coordinator default: balanced), "ring",
-        "distflash", "zigzag", "balanced". Errors: ValueError for a bad spec or option;
+        "distflash", "zigzag", "balanced", "heads" (heads split across workers: each holds all
+        rows of its heads; the scatter/gather slices heads) or "auto" (the cheaper of balanced
+        and heads in the planner's cost model). Errors: ValueError for a bad spec or option;
         DfaError INVALID_ARGUMENT (the coordinator's limits), RESOURCE_EXHAUSTED (won't fit).
         """
         if spec is None:
