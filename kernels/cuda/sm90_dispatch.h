@@ -120,13 +120,19 @@ inline int Sm90SmCount() {
 // list (32) 408 at 16K (L2); D=64 64K causal 325 (chunks) vs 349 (grid, single runs).
 inline constexpr int kSm90BwdOrderChunk = 4;
 inline constexpr int kSm90BwdOrderMaxWaves = 16;
-inline int Sm90BwdOrderChunk(bool causal, int64_t ctas) {
+// DFA_CUDA_BWD_ORDER=N (0 <= N < 1000): the forced chunk size of both backward tile orders; -1
+// when unset or out of range.
+inline int Sm90BwdOrderForced() {
   static const int forced = [] {
     const char* e = std::getenv("DFA_CUDA_BWD_ORDER");
     if (e == nullptr || e[0] == '\0') return -1;
     const int v = std::atoi(e);
     return v >= 0 && v < 1000 ? v : -1;
   }();
+  return forced;
+}
+inline int Sm90BwdOrderChunk(bool causal, int64_t ctas) {
+  const int forced = Sm90BwdOrderForced();
   if (forced >= 0) return forced;
   const int sms = Sm90SmCount();
   return causal && sms > 0 && ctas < int64_t{kSm90BwdOrderMaxWaves} * sms ? kSm90BwdOrderChunk : 0;
@@ -185,12 +191,7 @@ inline int Sm90BwdPersistCtas() {
 // the tiles out, so the list order alone decides the tail), full masks grid order;
 // DFA_CUDA_BWD_ORDER=N forces chunks of N (0 = grid order) as for the pipe kernel.
 inline int Sm90BwdPersistOrderChunk(bool causal) {
-  static const int forced = [] {
-    const char* e = std::getenv("DFA_CUDA_BWD_ORDER");
-    if (e == nullptr || e[0] == '\0') return -1;
-    const int v = std::atoi(e);
-    return v >= 0 && v < 1000 ? v : -1;
-  }();
+  const int forced = Sm90BwdOrderForced();
   if (forced >= 0) return forced;
   return causal ? kSm90BwdOrderChunk : 0;
 }
