@@ -254,14 +254,22 @@ __global__ void __launch_bounds__(384, 1)
   const float scale_log2 = p.scale * kLog2e;
   char* s_dq_wg = s_dq + cw * Cfg::kDqWgFloats * 4;
 
+  // Odd g4 store column group j ^ 2 (bank conflicts: the pipe kernel's stage_dq says why).
+  // Offsets of this thread's four column groups computed once (as in the pipe kernel).
+  const bool odd_g = (g4 & 1) != 0;
+  int stage_off[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) stage_off[j] = DqStageOffset(qrow_base, (odd_g ? j ^ 2 : j) * 8 + 2 * t);
   auto stage_dq = [&](const float* acc_dq) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int row = qrow_base + hf * 8;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float2*>(s_dq_wg + DqStageOffset(row, j * 8 + 2 * t)) =
-            make_float2(acc_dq[4 * j + 2 * hf] * p.scale, acc_dq[4 * j + 2 * hf + 1] * p.scale);
+      for (int j = 0; j < 8; ++j) {
+        const float v0 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf] : acc_dq[4 * j + 2 * hf];
+        const float v1 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf + 1] : acc_dq[4 * j + 2 * hf + 1];
+        *reinterpret_cast<float2*>(s_dq_wg + stage_off[j & 3] + (j >> 2) * 64 * 128 +
+                                   hf * 8 * 128) = make_float2(v0 * p.scale, v1 * p.scale);
+      }
     }
   };
 

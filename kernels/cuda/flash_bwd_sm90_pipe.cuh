@@ -273,14 +273,26 @@ __global__ void __launch_bounds__(384, 1)
 
   // dQ accumulator (64 rows x 64 columns) times the scale into columns [col0, col0 + 64) of this
   // warpgroup's staging buffer.
+  // Threads of odd g store column group j ^ 2 where the others store j: with the panels' 128-byte
+  // swizzle, rows g and g ^ 1 would otherwise hit the same 8 banks in each half-warp (2-way
+  // conflict on every STS.64; measured with ncu, 2x the ideal wavefronts).
+  // The byte offsets of this thread's four column groups (row qrow_base, panel 0) are computed
+  // once: rows + 8 and the next panel only add constants (the swizzle depends on row % 8 and on
+  // the column inside the panel), so per item the stores need no address arithmetic.
+  const bool odd_g = (g & 1) != 0;
+  int stage_off[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) stage_off[j] = DqStageOffset(qrow_base, (odd_g ? j ^ 2 : j) * 8 + 2 * t);
   auto stage_dq = [&](const float* acc_dq, int col0) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int row = qrow_base + hf * 8;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float2*>(s_dq_wg + DqStageOffset(row, col0 + j * 8 + 2 * t)) =
-            make_float2(acc_dq[4 * j + 2 * hf] * p.scale, acc_dq[4 * j + 2 * hf + 1] * p.scale);
+      for (int j = 0; j < 8; ++j) {
+        const float v0 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf] : acc_dq[4 * j + 2 * hf];
+        const float v1 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf + 1] : acc_dq[4 * j + 2 * hf + 1];
+        *reinterpret_cast<float2*>(s_dq_wg + stage_off[j & 3] + ((col0 >> 5) + (j >> 2)) * 64 * 128 +
+                                   hf * 8 * 128) = make_float2(v0 * p.scale, v1 * p.scale);
+      }
     }
   };
 
@@ -290,15 +302,24 @@ __global__ void __launch_bounds__(384, 1)
 
   if ((kIndep || kDefer) && cw == 1 && sched.start) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
-  for (int item = 0; item < items; ++item) {
+  int dq_pending = 0;  // 1: this warpgroup's staged dQ not yet handed to its writer
+  int qb = 0;  // query block of `item` inside its head (item % per_head, without a division)
+  for (int item = 0; item < items; ++item, qb = qb + 1 == per_head ? 0 : qb + 1) {
     const int s = item % kStages;
-    const int64_t m_begin = item_m_begin(item);
+    const int64_t m_begin = int64_t{m_block_min + qb} * kBlockM;
     const T* s_q = s_q_base + s * Cfg::kQElems;
     const T* s_do = s_do_base + s * Cfg::kQElems;
     T* s_ds = s_ds_base + (kIndep ? 0 : (kDefer ? item % 3 : item & 1) * Cfg::kDsElems);
     const float* s_lse_cur = s_lse + s * kBlockM;
     const float* s_delta_cur = s_delta + s * kBlockM;
     MbarWait(full + s, (item / kStages) & 1);
+    // This thread's LSE rows (query columns (i >> 2) * 8 + 2t + (i & 1)) into registers before
+    // the GEMMs are issued: loaded after the S^T wait, their latency sat on the softmax's
+    // critical path (ncu), and the compiler does not move loads across the wgmma asm.
+    float2 lse_r[kNS / 4];
+#pragma unroll
+    for (int j = 0; j < kNS / 4; ++j)
+      lse_r[j] = *reinterpret_cast<const float2*>(s_lse_cur + j * 8 + 2 * t);
     // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, as two commit groups.
     float st[kNS], dpt[kNS];
     WgmmaFence();
@@ -320,23 +341,34 @@ __global__ void __launch_bounds__(384, 1)
       WgmmaSS<T, kBlockM, 0, 0>::Run(dpt, da, db, kk > 0 ? 1 : 0);
     }
     WgmmaCommit();
+    // The previous item's dQ staging (stage_dq below) is handed to the writer here rather than
+    // right after its stores: the proxy fence then finds them drained instead of waiting for them
+    // (ncu: ~3% of the consumers' time in that fence and arrive).
+    FenceProxyAsync();
+    MbarArriveIf(dq_full + cw, dq_pending);
+    dq_pending = 0;
     WgmmaWait<1>();
     FenceRegs<kNS>(st);
 
     // P^T (masked entries: 0). Accumulator i: key row key_base + 8 * ((i >> 1) & 1),
     // query column (i >> 2) * 8 + 2t + (i & 1).
+#pragma unroll
+    for (int i = 0; i < kNS; ++i)
+      st[i] = FastExp2(st[i] * scale_log2 - ((i & 1) ? lse_r[i >> 2].y : lse_r[i >> 2].x));
+    // The mask in one uniform branch per item (items off the diagonal skip it): a test per
+    // element made ptxas emit 32 branches per item, ~12% of the consumers' time (ncu).
     const bool need_mask =
         n_valid < kBlockN || (p.causal && p.kv_row0 + n_begin + kBlockN - 1 > p.q_row0 + m_begin);
+    if (need_mask) {
 #pragma unroll
-    for (int i = 0; i < kNS; ++i) {
-      const int ml = (i >> 2) * 8 + 2 * t + (i & 1);
-      float pv = FastExp2(st[i] * scale_log2 - s_lse_cur[ml]);
-      if (need_mask) {
+      for (int i = 0; i < kNS; ++i) {
+        const int ml = (i >> 2) * 8 + 2 * t + (i & 1);
         const int nl = key_base + ((i >> 1) & 1) * 8;
-        if (nl >= n_valid || (p.causal && p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml))
-          pv = 0.f;
+        // Non-short-circuit: selects, not a branch per element.
+        st[i] = (nl >= n_valid) | (p.causal & (p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml))
+                    ? 0.f
+                    : st[i];
       }
-      st[i] = pv;
     }
     uint32_t ap[kBlockM / 16][4];
 #pragma unroll
@@ -349,6 +381,10 @@ __global__ void __launch_bounds__(384, 1)
     if (kIndep || kDefer) {  // warpgroup 1 may start (predicated: no branch between wgmmas)
       NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 1);
     }
+    float2 delta_r[kNS / 4];  // Delta rows, as lse_r (before the dV wgmma asm, as there)
+#pragma unroll
+    for (int j = 0; j < kNS / 4; ++j)
+      delta_r[j] = *reinterpret_cast<const float2*>(s_delta_cur + j * 8 + 2 * t);
     // dV += P^T dO (dO read MN-major), on the tensor cores while dS^T is computed.
     FenceRegs<kNA>(acc_dv);
     WgmmaFence();
@@ -366,7 +402,7 @@ __global__ void __launch_bounds__(384, 1)
     if (kDefer && item >= 3) MbarWait(ds_empty + item % 3, ((item - 3) / 3) & 1);
 #pragma unroll
     for (int i = 0; i < kNS; ++i)
-      dpt[i] = st[i] * (dpt[i] - s_delta_cur[(i >> 2) * 8 + 2 * t + (i & 1)]);
+      dpt[i] = st[i] * (dpt[i] - ((i & 1) ? delta_r[i >> 2].y : delta_r[i >> 2].x));
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
       ads[kk][0] = Tr::Pack(dpt[8 * kk + 0], dpt[8 * kk + 1]);
@@ -382,18 +418,15 @@ __global__ void __launch_bounds__(384, 1)
       *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base + 8, kk * 16 + 8 + 2 * t)) =
           ads[kk][3];
     }
-    FenceProxyAsync();
+    if (!kDefer) FenceProxyAsync();
     if (kIndep) {
       // This warpgroup's dS^T rows complete; only it reads them, after its previous dQ finished.
       NamedBarrierSync(kBwdPipeOwnDsBarrier + cw, 128);
       NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
     } else if (kDefer) {
-      // This item's dS^T rows written; its dQ runs in the next item (after ds_full completes).
-      // One arrival per warp: __syncwarp orders the lanes' stores (and proxy fences) before
-      // lane 0's release; predicated, not a branch (the dV wgmmas are in flight).
-      __syncwarp();
-      MbarArriveIf(ds_full + item % 3, lane == 0);
-      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
+      // This item's dS^T rows are fenced and released (ds_full) after this item's dQ / dK
+      // wgmmas are issued (below): nothing reads them before the next item, and the fence then
+      // finds the stores drained (ncu: ~3% of the consumers' time waiting in it here).
     } else {
       // dS^T complete for both consumers. The buffer of this item's parity is rewritten only two
       // items later, after both consumers passed the next item's barrier, i.e. after their dQ
@@ -430,6 +463,14 @@ __global__ void __launch_bounds__(384, 1)
       WgmmaRS<T, kD, 1>::Run(acc_dk, ads[kk], db, 1);
     }
     WgmmaCommit();
+    if constexpr (kDefer) {
+      // One arrival per warp: __syncwarp orders the lanes' stores (and proxy fences) before
+      // lane 0's release; predicated, not a branch (wgmmas are in flight).
+      FenceProxyAsync();
+      __syncwarp();
+      MbarArriveIf(ds_full + item % 3, lane == 0);
+      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
+    }
     WgmmaWait<1>();  // dV and dQ done; dK may still run
     FenceRegs<32>(acc_dq);
     FenceRegs<kNA>(acc_dv);
@@ -450,8 +491,7 @@ __global__ void __launch_bounds__(384, 1)
         FenceRegs<32>(acc_dq);
         stage_dq(acc_dq, 64);
       }
-      FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
-      MbarArrive(dq_full + cw);
+      dq_pending = 1;  // fenced and handed over after the next item's GEMMs are issued
     }
 
     WgmmaWait<0>();
@@ -459,6 +499,8 @@ __global__ void __launch_bounds__(384, 1)
     FenceRegs<kBlockM / 4>(&ads[0][0]);
     if (lane == 0) MbarArrive(empty + s);  // every read of this stage (Q, dO, LSE, Delta) done
   }
+  FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
+  MbarArriveIf(dq_full + cw, dq_pending);
   if constexpr (kDefer) {  // the last item's dQ
     const int dq_item = items - 1;
     MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
