@@ -279,22 +279,27 @@ __global__ void __launch_bounds__(384, 1)
   // The byte offsets of this thread's four column groups (row qrow_base, panel 0) are computed
   // once: rows + 8 and the next panel only add constants (the swizzle depends on row % 8 and on
   // the column inside the panel), so per item the stores need no address arithmetic.
-  const bool odd_g = (g & 1) != 0;
-  int stage_off[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) stage_off[j] = DqStageOffset(qrow_base, (odd_g ? j ^ 2 : j) * 8 + 2 * t);
+  // One register holds all of them: group j's offset is stage_base ^ (j << 5) (the swizzle XOR
+  // only touches bits 4-6, the row sits above them), and bit 7 is g's parity (row = 16 warp + g).
+  const int stage_base = DqStageOffset(qrow_base, ((g & 1) ? 2 : 0) * 8 + 2 * t);
   auto stage_dq = [&](const float* acc_dq, int col0) {
+    const bool odd_g = (stage_base & 128) != 0;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float v0 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf] : acc_dq[4 * j + 2 * hf];
         const float v1 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf + 1] : acc_dq[4 * j + 2 * hf + 1];
-        *reinterpret_cast<float2*>(s_dq_wg + stage_off[j & 3] + ((col0 >> 5) + (j >> 2)) * 64 * 128 +
-                                   hf * 8 * 128) = make_float2(v0 * p.scale, v1 * p.scale);
+        *reinterpret_cast<float2*>(s_dq_wg + (stage_base ^ ((j & 3) << 5)) +
+                                   ((col0 >> 5) + (j >> 2)) * 64 * 128 + hf * 8 * 128) =
+            make_float2(v0 * p.scale, v1 * p.scale);
       }
     }
   };
+  // dS^T rows by stmatrix: lane l gives row l % 8 of matrix l / 8 (matrix m: key rows + 8 (m & 1),
+  // query columns + 8 (m >> 1)); for k-step kk the byte offset is ds_lane ^ (kk << 5).
+  const int ds_lane = (cw * 64 + warp * 16 + 8 * ((lane >> 3) & 1) + (lane & 7)) * 128 +
+                      ((((lane >> 4) & 1) ^ (lane & 7)) << 4);
 
   float acc_dk[kNA], acc_dv[kNA];
 #pragma unroll
@@ -409,14 +414,9 @@ __global__ void __launch_bounds__(384, 1)
       ads[kk][1] = Tr::Pack(dpt[8 * kk + 2], dpt[8 * kk + 3]);
       ads[kk][2] = Tr::Pack(dpt[8 * kk + 4], dpt[8 * kk + 5]);
       ads[kk][3] = Tr::Pack(dpt[8 * kk + 6], dpt[8 * kk + 7]);
-      // dS^T to shared memory (rows = keys, columns = queries) for the dQ phase.
-      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base, kk * 16 + 2 * t)) = ads[kk][0];
-      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base + 8, kk * 16 + 2 * t)) =
-          ads[kk][1];
-      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base, kk * 16 + 8 + 2 * t)) =
-          ads[kk][2];
-      *reinterpret_cast<uint32_t*>(s_ds + Sw128<kBlockN>(key_base + 8, kk * 16 + 8 + 2 * t)) =
-          ads[kk][3];
+      // dS^T to shared memory (rows = keys, columns = queries; Sw128 layout) for the dQ phase.
+      StMatrixX4(SmemAddr(s_ds) + (ds_lane ^ (kk << 5)), ads[kk][0], ads[kk][1], ads[kk][2],
+                 ads[kk][3]);
     }
     if (!kDefer) FenceProxyAsync();
     if (kIndep) {
@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(384, 1)
       // lane 0's release; predicated, not a branch (wgmmas are in flight).
       FenceProxyAsync();
       __syncwarp();
-      MbarArriveIf(ds_full + item % 3, lane == 0);
+      MbarArriveIf(ds_full + item % 3, ElectOne());
       NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
     }
     WgmmaWait<1>();  // dV and dQ done; dK may still run
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(384, 1)
     FenceRegs<kBlockM / 4>(&ap[0][0]);  // P^T stays untouched until the dV wgmmas finished
     if (kDefer) {  // dS^T of dq_item read by this warp's dQ wgmmas (one arrival per warp)
       __syncwarp();
-      MbarArriveIf(ds_empty + (item + 2) % 3, item > 0 && lane == 0);
+      MbarArriveIf(ds_empty + (item + 2) % 3, item > 0 && ElectOne());
     }
 
     // Stage dQ * scale once the writer has read this warpgroup's previous tile.
@@ -497,7 +497,8 @@ __global__ void __launch_bounds__(384, 1)
     WgmmaWait<0>();
     FenceRegs<kNA>(acc_dk);
     FenceRegs<kBlockM / 4>(&ads[0][0]);
-    if (lane == 0) MbarArrive(empty + s);  // every read of this stage (Q, dO, LSE, Delta) done
+    __syncwarp();
+    if (ElectOne()) MbarArrive(empty + s);  // every read of this stage (Q, dO, LSE, Delta) done
   }
   FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
   MbarArriveIf(dq_full + cw, dq_pending);

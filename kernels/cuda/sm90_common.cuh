@@ -87,6 +87,31 @@ __device__ inline void FenceRegs(uint32_t* r) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+// True in exactly one lane of a fully active warp (elect.sync): a "lane 0" test that needs no
+// %tid read (ptxas re-reads %tid inside register-starved loops; ncu shows each re-read waiting).
+__device__ inline bool ElectOne() {
+#ifdef DFA_WGMMA
+  uint32_t e = 0;
+  asm volatile(
+      "{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(e));
+  return e != 0;
+#else
+  return (threadIdx.x & 31) == 0;
+#endif
+}
+// Stores four 8x8 16-bit matrices (stmatrix .x4): register i of every lane holds its fragment of
+// matrix i (row lane / 4, columns 2 (lane % 4), +1), lanes 8i..8i+7 give the shared addresses of
+// matrix i's rows 0..7.
+__device__ inline void StMatrixX4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                  uint32_t r3) {
+#ifdef DFA_WGMMA
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+
 // Named barrier among `threads` threads (a multiple of 32), id 1..15 (0 is __syncthreads).
 __device__ inline void NamedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -156,26 +156,22 @@ inline int Sm90BwdEpilogue() {
 
 // Whether the head dim 128 backward in pipe modes 4 / 5 runs the persistent kernel
 // (flash_bwd_sm90_persist.cuh: one CTA per SM, tiles from a dynamic counter) instead of one CTA
-// per tile: DFA_CUDA_BWD_PERSIST=1 / =0 force it on / off; unset: on for causal grids of fewer
-// than kSm90BwdOrderMaxWaves tiles per SM (where the chunked longest-first order is used too).
-// From the H200 runs of session 12 (kernels-bwd6; bf16, D=128, 32 heads, bwd TFLOP/s, means of 10
-// runs per GPU, GPU 0 / GPU 1; all passed cuda_backend_test and the 16 SDPA cases): 4K causal
-// 412.6 / 413.6 vs 403.4 / 404.1 (every persistent run faster than every pipe run); 16K causal
-// 473.3 / 478.8 vs 475.8 / 479.3, 4K full 458.7 / 458.5 vs 468.1 / 468.7, 16K full 484.3 / 487.1
-// vs 493.2 / 496.8: no gain where tiles are long or equal, hence pipe kernel there.
-inline bool Sm90BwdPersist(bool causal, int64_t tiles) {
+// per tile: DFA_CUDA_BWD_PERSIST=1 / =0 force it on / off; unset: off. Session 12 made it the
+// default for short causal grids (4K causal 412.6 vs 403.4 for the pipe kernel then); after the
+// ncu-guided fixes of session 13 the pipe kernel (chunked longest-first order there) is 12% faster
+// at 4K causal: kernel time at locked base clocks (ncu --clock-control base, bf16 D=128 32 heads,
+// median of 4 launches) 409.1 vs 365.2 TFLOP/s, equal elsewhere (it never ran there). The
+// persistent kernel stays as a measured option (its per-item code has the session-13 staging fix
+// but not the rest: its tile is not warp-uniform to ptxas, docs/kernels-cuda.md).
+inline bool Sm90BwdPersist(bool /*causal*/, int64_t /*tiles*/) {
   static const int forced = [] {
     const char* e = std::getenv("DFA_CUDA_BWD_PERSIST");
     if (e == nullptr || e[0] == '\0') return -1;
     return e[0] != '0' ? 1 : 0;
   }();
-  if (forced >= 0) return forced == 1;
-  const int sms = Sm90SmCount();
-  return causal && sms > 0 && tiles < int64_t{kSm90BwdOrderMaxWaves} * sms;
+  return forced == 1;
 }
 
-// CTAs of the persistent backward: DFA_CUDA_BWD_PERSIST_CTAS=N (1..9999) caps the grid at N
-// (tests: many tiles per CTA at small shapes); unset gives one per SM (0).
 inline int Sm90BwdPersistCtas() {
   static const int ctas = [] {
     const char* e = std::getenv("DFA_CUDA_BWD_PERSIST_CTAS");
