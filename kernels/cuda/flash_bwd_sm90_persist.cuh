@@ -43,14 +43,6 @@ namespace dfa::cuda {
 constexpr int kBwdPersistSlots = 64;
 static __device__ unsigned int g_bwd_persist_counters[kBwdPersistSlots];
 
-// The descriptor of the element `elems` 2-byte elements after the one `desc` describes (same
-// LBO / SBO / swizzle): the start address field is bits 0..13 in 16-byte units and shared memory
-// addresses stay below 256 KB, so the sum never carries out of it (a 32-bit add).
-__device__ __forceinline__ uint64_t DescPlus(uint64_t desc, int elems) {
-  const uint32_t lo = static_cast<uint32_t>(desc) + static_cast<uint32_t>((elems * 2) >> 4);
-  return (desc & 0xFFFFFFFF00000000ull) | lo;
-}
-
 template <int kD>
 struct BwdPersistTraits : BwdPipeTraits<kD, BwdPipeVariant::kDefer> {
   using Base = BwdPipeTraits<kD, BwdPipeVariant::kDefer>;

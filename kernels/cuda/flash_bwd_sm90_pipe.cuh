@@ -305,6 +305,12 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
   for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
 
+  // wgmma descriptors: a base per operand tile, k-steps added with DescPlus (one add per wgmma
+  // instead of MakeSmemDesc's masks and shifts: ~11 instructions per wgmma in the SASS before).
+  const uint64_t desc_k = MakeSmemDesc(s_k + cw * 64 * 64, 16, 1024);  // K-major, own 64 keys
+  const uint64_t desc_v = MakeSmemDesc(s_v + cw * 64 * 64, 16, 1024);
+  const uint64_t desc_k_mn = MakeSmemDesc(s_k, kBlockN * 64 * 2, 1024);  // MN-major (dQ's B)
+
   if ((kIndep || kDefer) && cw == 1 && sched.start) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
   int dq_pending = 0;  // 1: this warpgroup's staged dQ not yet handed to its writer
@@ -317,6 +323,10 @@ __global__ void __launch_bounds__(384, 1)
     T* s_ds = s_ds_base + (kIndep ? 0 : (kDefer ? item % 3 : item & 1) * Cfg::kDsElems);
     const float* s_lse_cur = s_lse + s * kBlockM;
     const float* s_delta_cur = s_delta + s * kBlockM;
+    const uint64_t desc_q = MakeSmemDesc(s_q, 16, 1024);
+    const uint64_t desc_do = MakeSmemDesc(s_do, 16, 1024);
+    const uint64_t desc_q_mn = MakeSmemDesc(s_q, kBlockM * 64 * 2, 1024);
+    const uint64_t desc_do_mn = MakeSmemDesc(s_do, kBlockM * 64 * 2, 1024);
     MbarWait(full + s, (item / kStages) & 1);
     // This thread's LSE rows (query columns (i >> 2) * 8 + 2t + (i & 1)) into registers before
     // the GEMMs are issued: loaded after the S^T wait, their latency sat on the softmax's
@@ -332,8 +342,8 @@ __global__ void __launch_bounds__(384, 1)
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int off = (kk & 3) * 16;
       const uint64_t da =
-          MakeSmemDesc(s_k + (kk >> 2) * kBlockN * 64 + cw * 64 * 64 + off, 16, 1024);
-      const uint64_t db = MakeSmemDesc(s_q + (kk >> 2) * kBlockM * 64 + off, 16, 1024);
+          DescPlus(desc_k, (kk >> 2) * kBlockN * 64 + off);
+      const uint64_t db = DescPlus(desc_q, (kk >> 2) * kBlockM * 64 + off);
       WgmmaSS<T, kBlockM, 0, 0>::Run(st, da, db, kk > 0 ? 1 : 0);
     }
     WgmmaCommit();
@@ -341,8 +351,8 @@ __global__ void __launch_bounds__(384, 1)
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int off = (kk & 3) * 16;
       const uint64_t da =
-          MakeSmemDesc(s_v + (kk >> 2) * kBlockN * 64 + cw * 64 * 64 + off, 16, 1024);
-      const uint64_t db = MakeSmemDesc(s_do + (kk >> 2) * kBlockM * 64 + off, 16, 1024);
+          DescPlus(desc_v, (kk >> 2) * kBlockN * 64 + off);
+      const uint64_t db = DescPlus(desc_do, (kk >> 2) * kBlockM * 64 + off);
       WgmmaSS<T, kBlockM, 0, 0>::Run(dpt, da, db, kk > 0 ? 1 : 0);
     }
     WgmmaCommit();
@@ -395,7 +405,7 @@ __global__ void __launch_bounds__(384, 1)
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      const uint64_t db = MakeSmemDesc(s_do + kk * 16 * 64, kBlockM * 64 * 2, 1024);
+      const uint64_t db = DescPlus(desc_do_mn, kk * 16 * 64);
       WgmmaRS<T, kD, 1>::Run(acc_dv, ap[kk], db, 1);
     }
     WgmmaCommit();
@@ -443,9 +453,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int kk = 0; kk < kQSteps; ++kk) {
         const int key0 = kIndep ? cw * 64 + kk * 16 : kk * 16;
-        const uint64_t da = MakeSmemDesc(ds + key0 * 64, kBlockN * 64 * 2, 1024);
+        const uint64_t da = DescPlus(MakeSmemDesc(ds, kBlockN * 64 * 2, 1024), key0 * 64);
         const uint64_t db =
-            MakeSmemDesc(s_k + col_panel * kBlockN * 64 + key0 * 64, kBlockN * 64 * 2, 1024);
+            DescPlus(desc_k_mn, col_panel * kBlockN * 64 + key0 * 64);
         WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
@@ -459,7 +469,7 @@ __global__ void __launch_bounds__(384, 1)
     FenceRegs<kNA>(acc_dk);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      const uint64_t db = MakeSmemDesc(s_q + kk * 16 * 64, kBlockM * 64 * 2, 1024);
+      const uint64_t db = DescPlus(desc_q_mn, kk * 16 * 64);
       WgmmaRS<T, kD, 1>::Run(acc_dk, ads[kk], db, 1);
     }
     WgmmaCommit();
@@ -512,7 +522,7 @@ __global__ void __launch_bounds__(384, 1)
       const uint64_t da = MakeSmemDesc(s_ds_base + (dq_item % 3) * Cfg::kDsElems + kk * 16 * 64,
                                        kBlockN * 64 * 2, 1024);
       const uint64_t db =
-          MakeSmemDesc(s_k + cw * kBlockN * 64 + kk * 16 * 64, kBlockN * 64 * 2, 1024);
+          DescPlus(desc_k_mn, cw * kBlockN * 64 + kk * 16 * 64);
       WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
     }
     WgmmaCommit();

@@ -52,6 +52,15 @@ __device__ inline uint64_t MakeSmemDesc(const void* smem, uint32_t lbo_bytes, ui
   return d;
 }
 
+// `desc` advanced by `elems` 16-bit elements (a multiple of 8), other fields unchanged (LBO /
+// SBO / swizzle): the start address field is bits 0..13 in 16-byte units and shared memory
+// addresses stay below 256 KB, so the sum never carries out of it (a 32-bit add). Lets a loop
+// build each wgmma's descriptor from a base with one add instead of MakeSmemDesc's masks/shifts.
+__device__ __forceinline__ uint64_t DescPlus(uint64_t desc, int elems) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + static_cast<uint32_t>((elems * 2) >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 __device__ inline void WgmmaFence() {
 #ifdef DFA_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
