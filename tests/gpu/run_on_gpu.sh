@@ -6,7 +6,7 @@
 #                           [check] [bench-cpasync-quick] [bench-bwd-quick]
 #                           [bench-nopp-quick] [bench-dfa] [bench-dfa-quick]
 #                           [bench-mma] [bench-mma-quick] [bench-sdpa] [bench-sdpa-quick]
-#                           [test-bwdsched] [test-bwdpersist] [bench-env-quick]
+#                           [test-bwdsched] [test-bwdpersist] [bench-env-quick] [times-locked]
 # *-mma steps set DFA_CUDA_NO_WGMMA=1 (the sm_80 mma.sync kernels, for comparison on Hopper);
 # *-cpasync steps set DFA_CUDA_FWD_WS=0 (Hopper forward on the cp.async kernel, not the TMA one);
 # bench-nopp-quick turns its ping-pong off; test-bwdtma sets DFA_CUDA_BWD_PIPE=0 (Hopper backward on
@@ -22,6 +22,8 @@
 # bench-env-quick runs the quick bench at head dim 128 ROUNDS times (default 3) for each setting in
 # $BENCH_ENVS (space-separated settings, each a comma-separated list of VAR=VALUE; "-" = defaults),
 # alternating them, e.g. BENCH_ENVS="- DFA_CUDA_BWD_ORDER=0,DFA_CUDA_BWD_EPILOGUE=0".
+# times-locked: kernel-only TFLOP/s per quick-bench row at the locked base clock (ncu; backward
+# and forward kernels, two runs pooled; docs/kernels-profiling.md: the way to compare binaries).
 set -uo pipefail
 G=${G:-.gpu-kernels}
 OUT=${OUT:-gpu-out}
@@ -64,6 +66,11 @@ for step in "$@"; do
     bench-mma-quick) DFA_CUDA_NO_WGMMA=1 timeout 120 "$G/dfa_kernel_bench" --quick 2>&1 | tee "$OUT/bench_mma.md" ;;
     bench-sdpa-quick) timeout 200 python3 tests/gpu/bench_sdpa.py --quick 2>&1 | tee "$OUT/bench_sdpa.md" ;;
     bench-sdpa) timeout 300 python3 tests/gpu/bench_sdpa.py 2>&1 | tee "$OUT/bench_sdpa.md" ;;
+    times-locked) for k in bwd fwd; do [ $k = bwd ] && re=FlashBwd || re=FlashFwd
+        for r in 1 2; do timeout 300 ncu --clock-control base --metrics gpu__time_duration.sum \
+          --kernel-name "regex:$re" --csv "$G/dfa_kernel_bench" --quick --reps 1 > "$OUT/times_${k}_$r.csv" 2>&1; done
+        echo "# $k kernels, locked base clock"; python3 tests/gpu/ncu_kernel_times.py $k "$OUT"/times_${k}_*.csv
+      done 2>&1 | tee "$OUT/times_locked.md" ;;
     *) echo "unknown step $step" ;;
   esac
 done
