@@ -11,9 +11,13 @@
 // - warpgroups 1 .. kConsumers, the consumers (setmaxnreg.inc to 240 with 2 consumers, 160 with
 //   3), own 64 query rows each and run the loop of flash_fwd_sm90.cuh: S(j) = Q K(j)^T issued
 //   together with O += P(j-1) V(j-1), softmax of S(j) (base 2, scale folded) while P V still
-//   runs. Ping-pong: named barriers hand the "issue GEMMs" turn from one consumer to the next
-//   (round robin), so one warpgroup's softmax runs while another's GEMMs keep the tensor cores
-//   busy (run-time flag `ping_pong`, on unless DFA_CUDA_FWD_PINGPONG=0, for measuring it).
+//   runs. O is rescaled between the S and the P V issue (off the softmax -> next S path) and
+//   only when some row of the warp changed its maximum; the mask runs on the first n_masked
+//   blocks only (per-row column limits, selects); descriptors are 32-bit uniform adds (docs:
+//   "Tenth pass" in docs/kernels-cuda.md, from the ncu profile). Ping-pong: named barriers
+//   hand the "issue GEMMs" turn from one consumer to the next (round robin), so one
+//   warpgroup's softmax runs while another's GEMMs keep the tensor cores busy (run-time flag
+//   `ping_pong`, on unless DFA_CUDA_FWD_PINGPONG=0, for measuring it).
 // Rows past m or n are zero-filled by the copy engine (out-of-bounds box elements), the mask
 // sets their scores to -inf exactly as in the other kernels.
 #pragma once
@@ -54,6 +58,38 @@ struct FwdWsTraits {
 // softmax of consumer c before its P V wait (see flash_fwd_sm90.cuh).
 constexpr int kTurnBarrier = 1;
 constexpr int kPinBarrier = 4;
+
+// floor(a / b) for b > 0.
+__host__ __device__ inline int64_t FwdWsFloorDiv(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// How many of the n_blocks key blocks of a query tile, walked last to first (block
+// n_blocks - 1 - it at iteration it), need the mask: block j does when it reaches past the n
+// keys, (j + 1) * block_n > n, or (causal) past the diagonal of the tile's first row,
+// kv_row0 + j * block_n + block_n - 1 > q_row0 + m_begin (diag = q_row0 + m_begin - kv_row0).
+// Both conditions hold exactly for j >= some J, so the answer is n_blocks - J, clamped.
+__host__ __device__ inline int FwdWsMaskedBlocks(int64_t n, bool causal, int64_t diag, int block_n,
+                                                 int n_blocks) {
+  int64_t j = n / block_n;
+  if (causal) {
+    const int64_t jc = FwdWsFloorDiv(diag - block_n + 1, block_n) + 1;
+    j = j < jc ? j : jc;
+  }
+  const int64_t masked = int64_t{n_blocks} - j;
+  return static_cast<int>(masked < 0 ? 0 : (masked > n_blocks ? n_blocks : masked));
+}
+
+// Shared-memory matrix descriptors (128-byte swizzle, SBO 1024 B, as MakeSmemDesc) split in a
+// low word (start address / 16 in bits 0-13, LBO / 16 in 16-29) and the constant high word, so
+// that k-steps and stages are 32-bit adds to the low word (addresses stay below 256 KB).
+__device__ inline uint32_t FwdWsDescLo(const void* smem, uint32_t lbo_bytes) {
+  return ((SmemAddr(smem) & 0x3FFFF) >> 4) | (((lbo_bytes >> 4) & 0x3FFF) << 16);
+}
+__device__ inline uint64_t FwdWsDesc(uint32_t lo) {
+  constexpr uint32_t kHi = (1024 >> 4) | (1u << 30);  // SBO 1024 B; layout type 1 (bit 62)
+  return (uint64_t{kHi} << 32) | lo;
+}
 
 template <typename T, int kD, int kBlockN, int kStages, int kConsumers>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
@@ -132,7 +168,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 
   // Consumers.
   SetMaxNRegInc<Cfg::kConsumerRegs>();
-  const int cw = wg - 1;  // consumer index 0 / 1
+  // Read through a lane-0 shuffle so that ptxas sees it as warp-uniform: the descriptor
+  // arithmetic below then stays in uniform registers.
+  const int cw = __shfl_sync(0xffffffffu, wg, 0) - 1;  // consumer index 0 / 1
   const int g = lane >> 2, t = lane & 3;
   const int row_base = cw * 64 + warp * 16 + g;  // this thread's rows: row_base, row_base + 8
   const float scale_log2 = p.scale * kLog2e;
@@ -146,53 +184,73 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   if (ping_pong && cw == kConsumers - 1) NamedBarrierArrive(kTurnBarrier + 0, 256);
 
   if (n_blocks > 0) {
+    // Iterations 0 .. n_masked - 1 (the last key blocks) need the mask; computed once in 64 bits
+    // so that the loop compares 32-bit counters only.
+    const int n_masked =
+        FwdWsMaskedBlocks(p.n, p.causal, p.q_row0 + m_begin - p.kv_row0, kBlockN, n_blocks);
     float s[kNS], pr[kNS];  // scores, probabilities
     uint32_t a[kBlockN / 16][4];
     float corr[2] = {1.f, 1.f};
     auto release = [&](uint64_t* bar) {
       if (lane == 0) MbarArrive(bar);
     };
-    auto issue_s = [&](int stage) {  // S = Q K^T for this warpgroup's 64 query rows
-      const T* s_ks = s_k + stage * Cfg::kKVElems;
+    // Low words of the matrix descriptors at k-step 0 of stage 0 (the high word is the same
+    // constant for all three); a k-step or a stage adds a compile-time / uniform offset.
+    const uint32_t q_lo = FwdWsDescLo(s_q + cw * 64 * 64, 16);
+    const uint32_t k_lo = FwdWsDescLo(s_k, 16);
+    const uint32_t v_lo = FwdWsDescLo(s_v, kBlockN * 64 * 2);
+    constexpr uint32_t kStageLo = Cfg::kKVElems * 2 / 16;
+    auto issue_s = [&](uint32_t stage) {  // S = Q K^T for this warpgroup's 64 query rows
+      const uint32_t ks_lo = k_lo + stage * kStageLo;
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint64_t dq =
-            MakeSmemDesc(s_q + (kk >> 2) * kBlockM * 64 + cw * 64 * 64 + (kk & 3) * 16, 16, 1024);
-        const uint64_t dk = MakeSmemDesc(s_ks + (kk >> 2) * kBlockN * 64 + (kk & 3) * 16, 16, 1024);
+        const uint64_t dq = FwdWsDesc(q_lo + ((kk >> 2) * kBlockM * 64 + (kk & 3) * 16) * 2 / 16);
+        const uint64_t dk = FwdWsDesc(ks_lo + ((kk >> 2) * kBlockN * 64 + (kk & 3) * 16) * 2 / 16);
         WgmmaSS<T, kBlockN, 0, 0>::Run(s, dq, dk, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
     };
-    auto issue_pv = [&](int stage) {  // O += P V: P from registers, V read MN-major
-      const T* s_vs = s_v + stage * Cfg::kKVElems;
+    auto issue_pv = [&](uint32_t stage) {  // O += P V: P from registers, V read MN-major
+      const uint32_t vs_lo = v_lo + stage * kStageLo;
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t dv = MakeSmemDesc(s_vs + kk * 16 * 64, kBlockN * 64 * 2, 1024);
+        const uint64_t dv = FwdWsDesc(vs_lo + kk * 16 * 64 * 2 / 16);
         WgmmaRS<T, kD, 1>::Run(acc_o, a[kk], dv, 1);
       }
       WgmmaCommit();
     };
     // Mask and online softmax (base 2) of S(it) in place; sets corr, the factor for O.
-    auto softmax = [&](int it) {
-      const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
-      const bool need_mask =
-          n0 + kBlockN > p.n || (p.causal && p.kv_row0 + n0 + kBlockN - 1 > p.q_row0 + m_begin);
-      if (need_mask) {
+    auto softmax = [&](int it, bool need_mask) {
+      if (need_mask) {  // warp-uniform; selects against a per-row count of visible columns
+        const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
+        int lim[2];
 #pragma unroll
-        for (int i = 0; i < kNS; ++i) {
-          const int64_t col = n0 + (i >> 2) * 8 + 2 * t + (i & 1);
-          const int64_t row = m_begin + row_base + ((i >> 1) & 1) * 8;
-          if (col >= p.n || (p.causal && p.kv_row0 + col > p.q_row0 + row)) s[i] = -INFINITY;
+        for (int hf = 0; hf < 2; ++hf) {
+          int64_t l = p.n - n0;  // columns < l are visible (col < n, kv_row0 + col <= q_row0 + row)
+          if (p.causal) l = Min64(l, p.q_row0 + m_begin + row_base + hf * 8 - p.kv_row0 - n0 + 1);
+          lim[hf] = static_cast<int>(l < 0 ? 0 : Min64(l, kBlockN)) - 2 * t;
         }
+#pragma unroll
+        for (int i = 0; i < kNS; ++i)
+          s[i] = (i >> 2) * 8 + (i & 1) < lim[(i >> 1) & 1] ? s[i] : -INFINITY;
       }
       // A row that has seen no key yet keeps max -inf and uses 0 as its reference.
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        float mx = -INFINITY;
+        // Row maximum as a tree (depth 5 instead of a chain of 16 dependent FMNMX).
+        float v[kBlockN / 8];
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j)
-          mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
-        mx = fmaxf(QuadMax(mx) * scale_log2, row_max[hf]);
+          v[j] = fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]);
+        static_assert(kBlockN == 128, "the tree below folds 16 values");
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = fmaxf(v[j], v[j + 4]);
+        v[0] = fmaxf(v[0], v[2]);
+        v[1] = fmaxf(v[1], v[3]);
+        v[0] = fmaxf(v[0], v[1]);
+        const float mx = fmaxf(QuadMax(v[0]) * scale_log2, row_max[hf]);
         const float ref = mx == -INFINITY ? 0.f : mx;
         corr[hf] = FastExp2(row_max[hf] - ref);
         row_max[hf] = mx;
@@ -208,14 +266,20 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         row_sum[hf] = row_sum[hf] * corr[hf] + sum;
       }
     };
-    auto rescale_o_and_pack_p = [&]() {
+    // O *= corr, skipped (a warp-uniform branch) when no row of the warp changed its maximum:
+    // corr is then exactly 1 for every row, so the result is the same.
+    auto rescale_o = [&]() {
+      if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        acc_o[4 * dt + 0] *= corr[0];
-        acc_o[4 * dt + 1] *= corr[0];
-        acc_o[4 * dt + 2] *= corr[1];
-        acc_o[4 * dt + 3] *= corr[1];
+        for (int dt = 0; dt < kD / 8; ++dt) {
+          acc_o[4 * dt + 0] *= corr[0];
+          acc_o[4 * dt + 1] *= corr[0];
+          acc_o[4 * dt + 2] *= corr[1];
+          acc_o[4 * dt + 3] *= corr[1];
+        }
       }
+    };
+    auto pack_p = [&]() {  // P -> A fragments of P V
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         a[kk][0] = Tr::Pack(pr[8 * kk + 0], pr[8 * kk + 1]);
@@ -235,23 +299,31 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     WgmmaWait<0>();
     FenceRegs<kNS>(s);
     release(k_empty);
-    softmax(0);
-    rescale_o_and_pack_p();
+    softmax(0, n_masked > 0);
+    pack_p();  // O is still 0: no rescale
+    // O is rescaled between the issue of S(it) and that of P V(it - 1) (FlashAttention-3's
+    // RescaleOBeforeGemm order): the rescale is off the path from the end of softmax(it - 1) to
+    // the next S issue and runs while S(it) is on the tensor cores.
     for (int it = 1; it < n_blocks; ++it) {
-      const int sk = it % kStages, sv = (it - 1) % kStages;
-      MbarWait(k_full + sk, (it / kStages) & 1);
-      MbarWait(v_full + sv, ((it - 1) / kStages) & 1);  // before the turn: no wait between GEMMs
+      const uint32_t uit = static_cast<uint32_t>(it);
+      const uint32_t sk = uit % kStages, sv = (uit - 1) % kStages;
+      MbarWait(k_full + sk, (uit / kStages) & 1);
+      MbarWait(v_full + sv, ((uit - 1) / kStages) & 1);  // before the turn: no wait between GEMMs
       FenceRegs<kNO>(acc_o);
       FenceRegs<kBlockN / 4>(&a[0][0]);
       if (ping_pong) NamedBarrierSync(my_turn, 256);
       WgmmaFence();
       issue_s(sk);
+      if (it >= 2) rescale_o();  // O is still 0 at it == 1
+      FenceRegs<kNO>(acc_o);
+      FenceRegs<kBlockN / 4>(&a[0][0]);
+      WgmmaFence();
       issue_pv(sv);
       if (ping_pong) NamedBarrierArrive(next_turn, 256);
       WgmmaWait<1>();  // S done, P V may still run
       FenceRegs<kNS>(s);
       release(k_empty + sk);
-      softmax(it);
+      softmax(it, it < n_masked);
       FenceRegs<kNS>(pr);
       FenceRegs<2>(row_sum);
       NamedBarrierSync(kPinBarrier + cw, 128);  // keeps ptxas from hoisting the wait
@@ -259,10 +331,13 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       FenceRegs<kNO>(acc_o);
       FenceRegs<kBlockN / 4>(&a[0][0]);
       release(v_empty + sv);
-      rescale_o_and_pack_p();
+      pack_p();
     }
-    const int sv = (n_blocks - 1) % kStages;
-    MbarWait(v_full + sv, ((n_blocks - 1) / kStages) & 1);
+    const uint32_t sv = static_cast<uint32_t>(n_blocks - 1) % kStages;
+    MbarWait(v_full + sv, (static_cast<uint32_t>(n_blocks - 1) / kStages) & 1);
+    FenceRegs<kNO>(acc_o);
+    FenceRegs<kBlockN / 4>(&a[0][0]);
+    if (n_blocks >= 2) rescale_o();
     FenceRegs<kNO>(acc_o);
     FenceRegs<kBlockN / 4>(&a[0][0]);
     WgmmaFence();
