@@ -12,16 +12,18 @@
 //   128-byte swizzle) and arrives on dq_full[wg]; producer warp 1 + wg adds the tile to dq with
 //   TMA tensor reduce-adds (cp.reduce.async.bulk.tensor, one per panel; rows past m skipped by
 //   the copy engine) and releases the buffer (dq_empty[wg]) once the engine has read it.
-// - kIndep = false (head dim 128 only): as the atomic kernel, dQ's 64-column halves are split
+// - kIndep = false (kSplit: head dim 128 only): as the atomic kernel, dQ's column halves are split
 //   between the warpgroups over all 128 keys, so both warpgroups' dS^T must be in shared memory
 //   first (one 256-thread named barrier per item, dS^T double buffered).
 //   kIndep = true: each warpgroup computes the dQ partial of its own 64 keys over all kD columns
 //   (head dim 128: two 64-column GEMMs in a row) from its own dS^T rows, so the warpgroups never
 //   wait for each other (a 128-thread barrier per item); dQ is reduced twice as often.
-//   kDefer (head dim 128, modes 4 and 5; mode 4 is the head dim 128 default): the column split,
-//   but each item's dQ is issued in the next item (after that item's dS^T), so a warpgroup never
+//   kDefer (modes 4 and 5; mode 4 is the default of both head dims): the column split, but
+//   each item's dQ is issued in the next item (after that item's dS^T), so a warpgroup never
 //   waits for the other one's dS^T of the same item: dS^T triple buffered, mbarriers ds_full /
-//   ds_empty per buffer (one arrival per consumer warp).
+//   ds_empty per buffer (one arrival per consumer warp). Head dim 64: each warpgroup's half is
+//   32 columns (m64n32 wgmmas on K read MN-major from the middle of its 128-byte swizzle rows),
+//   staged as one 8 KB panel per item: half kIndep's reduce traffic.
 //   `sched.start` (kIndep, kDefer): 1 = warpgroup 1 starts once warpgroup 0 has computed its
 //   first P^T, 2 = once warpgroup 0 has written its first dS^T, so their softmax phases fall on
 //   each other's GEMMs; 0 = both start together.
@@ -85,7 +87,10 @@ struct BwdPipeTraits {
   static constexpr int kDsBuffers = kIndep ? 1 : (kDefer ? 3 : 2);
   // dQ staging per consumer warpgroup: kDqCols fp32 columns as panels of 64 rows x 32 columns
   // (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8): the TMA box with 128B swizzle).
-  static constexpr int kDqCols = kIndep ? kD : 64;
+  // kDqN: the N of one dQ GEMM (kIndep: 64-column panels of its own keys' partial; else this
+  // warpgroup's half of the columns).
+  static constexpr int kDqCols = kIndep ? kD : kD / 2;
+  static constexpr int kDqN = kIndep ? 64 : kD / 2;
   static constexpr int kDqPanels = kDqCols / 32;
   static constexpr int kDqWgFloats = kBlockM * kDqCols;
   // Layout (bytes from the 1024-aligned base): K, V, Q[kStages], dO[kStages], dS^T[kDsBuffers],
@@ -101,8 +106,8 @@ struct BwdPipeTraits {
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   static_assert(kDqOffset % 1024 == 0, "swizzled staging panels need 1024-byte alignment");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-  static_assert(kIndep || kD == 128, "the column split needs head dim 128");
-  static_assert(!kDefer || kD == 128, "the deferred column split needs head dim 128");
+  static_assert(kD == 64 || kD == 128, "head dims 64 and 128");
+  static_assert(kIndep || kDefer || kD == 128, "the undeferred column split needs head dim 128");
 };
 
 // Named barriers of the pipe kernel (1 = kBwdDsBarrier, both consumers, column split):
@@ -242,7 +247,7 @@ __global__ void __launch_bounds__(384, 1)
     } else if (warp <= 2) {  // dQ writer of consumer warpgroup w: staged tile -> dq (TMA add)
       const int w = warp - 1;
       const char* src = s_dq + w * Cfg::kDqWgFloats * 4;
-      const int col0 = kIndep ? 0 : w * 64;
+      const int col0 = kIndep ? 0 : w * Cfg::kDqCols;
       for (int it = 0; it < items; ++it) {
         MbarWait(dq_full + w, it & 1);
         if (lane == 0) {
@@ -271,8 +276,8 @@ __global__ void __launch_bounds__(384, 1)
   const float scale_log2 = p.scale * kLog2e;
   char* s_dq_wg = s_dq + cw * Cfg::kDqWgFloats * 4;
 
-  // dQ accumulator (64 rows x 64 columns) times the scale into columns [col0, col0 + 64) of this
-  // warpgroup's staging buffer.
+  // dQ accumulator (64 rows x kDqN columns) times the scale into columns [col0, col0 + kDqN) of
+  // this warpgroup's staging buffer.
   // Threads of odd g store column group j ^ 2 where the others store j: with the panels' 128-byte
   // swizzle, rows g and g ^ 1 would otherwise hit the same 8 banks in each half-warp (2-way
   // conflict on every STS.64; measured with ncu, 2x the ideal wavefronts).
@@ -287,7 +292,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < Cfg::kDqN / 8; ++j) {
         const float v0 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf] : acc_dq[4 * j + 2 * hf];
         const float v1 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf + 1] : acc_dq[4 * j + 2 * hf + 1];
         *reinterpret_cast<float2*>(s_dq_wg + (stage_base ^ ((j & 3) << 5)) +
@@ -310,6 +315,9 @@ __global__ void __launch_bounds__(384, 1)
   const uint64_t desc_k = MakeSmemDesc(s_k + cw * 64 * 64, 16, 1024);  // K-major, own 64 keys
   const uint64_t desc_v = MakeSmemDesc(s_v + cw * 64 * 64, 16, 1024);
   const uint64_t desc_k_mn = MakeSmemDesc(s_k, kBlockN * 64 * 2, 1024);  // MN-major (dQ's B)
+  // Element offset of K's column `col` in desc_k_mn (64-column panels of kBlockN rows; head dim
+  // 64's second 32-column half starts 64 bytes into the swizzled rows).
+  auto k_col_off = [](int col) { return (col >> 6) * kBlockN * 64 + (col & 63); };
 
   if ((kIndep || kDefer) && cw == 1 && sched.start) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
@@ -445,18 +453,17 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     // dQ = dS K (A = dS^T read MN-major, B = K read MN-major; kIndep: this warpgroup's keys,
-    // columns 0..63 first; else all keys, this warpgroup's 64 columns), then dK += dS^T Q (Q read
-    // MN-major; the scale is applied at the end), as two commit groups.
-    float acc_dq[32];
-    auto issue_dq = [&](int col_panel, const T* ds) {
+    // columns 0..63 first; else all keys, this warpgroup's kD / 2 columns), then dK += dS^T Q
+    // (Q read MN-major; the scale is applied at the end), as two commit groups.
+    float acc_dq[Cfg::kDqN / 2];
+    auto issue_dq = [&](int col, const T* ds) {  // dQ columns [col, col + kDqN)
       constexpr int kQSteps = kIndep ? 64 / 16 : kBlockN / 16;
 #pragma unroll
       for (int kk = 0; kk < kQSteps; ++kk) {
         const int key0 = kIndep ? cw * 64 + kk * 16 : kk * 16;
         const uint64_t da = DescPlus(MakeSmemDesc(ds, kBlockN * 64 * 2, 1024), key0 * 64);
-        const uint64_t db =
-            DescPlus(desc_k_mn, col_panel * kBlockN * 64 + key0 * 64);
-        WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
+        const uint64_t db = DescPlus(desc_k_mn, k_col_off(col) + key0 * 64);
+        WgmmaSS<T, Cfg::kDqN, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
     };
@@ -465,7 +472,8 @@ __global__ void __launch_bounds__(384, 1)
     const int dq_item = kDefer ? item - 1 : item;
     if (kDefer && item > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
     WgmmaFence();
-    issue_dq(kIndep ? 0 : cw, kDefer ? s_ds_base + ((item + 2) % 3) * Cfg::kDsElems : s_ds);
+    issue_dq(kIndep ? 0 : cw * Cfg::kDqN,
+             kDefer ? s_ds_base + ((item + 2) % 3) * Cfg::kDsElems : s_ds);
     FenceRegs<kNA>(acc_dk);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -482,7 +490,7 @@ __global__ void __launch_bounds__(384, 1)
       NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
     }
     WgmmaWait<1>();  // dV and dQ done; dK may still run
-    FenceRegs<32>(acc_dq);
+    FenceRegs<Cfg::kDqN / 2>(acc_dq);
     FenceRegs<kNA>(acc_dv);
     FenceRegs<kBlockM / 4>(&ap[0][0]);  // P^T stays untouched until the dV wgmmas finished
     if (kDefer) {  // dS^T of dq_item read by this warp's dQ wgmmas (one arrival per warp)
@@ -496,9 +504,9 @@ __global__ void __launch_bounds__(384, 1)
       stage_dq(acc_dq, 0);
       if constexpr (kIndep && kD == 128) {  // columns 64..127 of this warpgroup's keys
         WgmmaFence();
-        issue_dq(1, s_ds);
+        issue_dq(64, s_ds);
         WgmmaWait<0>();
-        FenceRegs<32>(acc_dq);
+        FenceRegs<Cfg::kDqN / 2>(acc_dq);
         stage_dq(acc_dq, 64);
       }
       dq_pending = 1;  // fenced and handed over after the next item's GEMMs are issued
@@ -515,19 +523,18 @@ __global__ void __launch_bounds__(384, 1)
   if constexpr (kDefer) {  // the last item's dQ
     const int dq_item = items - 1;
     MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
-    float acc_dq[32];
+    float acc_dq[Cfg::kDqN / 2];
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       const uint64_t da = MakeSmemDesc(s_ds_base + (dq_item % 3) * Cfg::kDsElems + kk * 16 * 64,
                                        kBlockN * 64 * 2, 1024);
-      const uint64_t db =
-          DescPlus(desc_k_mn, cw * kBlockN * 64 + kk * 16 * 64);
-      WgmmaSS<T, 64, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
+      const uint64_t db = DescPlus(desc_k_mn, k_col_off(cw * Cfg::kDqN) + kk * 16 * 64);
+      WgmmaSS<T, Cfg::kDqN, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
     }
     WgmmaCommit();
     WgmmaWait<0>();
-    FenceRegs<32>(acc_dq);
+    FenceRegs<Cfg::kDqN / 2>(acc_dq);
     MbarWait(dq_empty + cw, (dq_item & 1) ^ 1);
     stage_dq(acc_dq, 0);
     FenceProxyAsync();
@@ -564,8 +571,8 @@ inline bool EncodeDqTensorMap(CUtensorMap* map, float* ptr, int d, int heads, in
 
 // Queues the pipe backward; mode 1: column-split dQ, 2: independent warpgroups, 3: independent
 // with the start offset, 4: column split with each item's dQ deferred to the next item, with the
-// start offset, 5: as 4 without the start offset (modes 1, 4 and 5 need head dim 128; head dim
-// 64 runs 2 for 1 and 3 for 4 and 5). Returns cudaErrorNotSupported, with nothing queued, when
+// start offset, 5: as 4 without the start offset (mode 1 needs head dim 128; head dim 64 runs 2
+// for it). Returns cudaErrorNotSupported, with nothing queued, when
 // TMA cannot describe the tensors (the caller then runs another kernel).
 template <typename T, int kD>
 cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream) {
@@ -603,13 +610,13 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream)
   };
   if constexpr (kD == 128) {
     using Split = BwdPipeTraits<kD, BwdPipeVariant::kSplit>;
-    using Defer = BwdPipeTraits<kD, BwdPipeVariant::kDefer>;
     if (mode == 1)
       return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kSplit>, Split::kSmemBytes, 0);
-    if (mode == 4 || mode == 5)
-      return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kDefer>, Defer::kSmemBytes,
-                    mode == 4 ? 1 : 0);
   }
+  using Defer = BwdPipeTraits<kD, BwdPipeVariant::kDefer>;
+  if (mode == 4 || mode == 5)
+    return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kDefer>, Defer::kSmemBytes,
+                  mode == 4 ? 1 : 0);
   return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kIndep>, Indep::kSmemBytes,
                 mode >= 3 ? 1 : 0);
 }

@@ -27,7 +27,7 @@ template <typename T, int kN, int kTransB>
 struct WgmmaRS;
 """)
 for tname, ptx in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
-    for n in (64, 128):
+    for n in (32, 64, 128):  # n32: head dim 64's dQ column halves (backward, kDefer)
         nacc = n // 2
         dregs = ", ".join("%%%d" % i for i in range(nacc))
         douts = ", ".join('"+f"(d[%d])' % i for i in range(nacc))

@@ -71,16 +71,19 @@ inline bool UseSm90WsBackward() {
 // memory and added by writer warps with TMA reduce-add): 1 dQ columns split between the two
 // consumer warpgroups (head dim 128; 64 runs 2), 2 independent warpgroups (each its own keys' dQ
 // partial), 3 as 2 with warpgroup 1 started late (softmax phases of the two interleave), 4 as 1
-// with each item's dQ deferred to the next item and warpgroup 1 started late (head dim 128; 64
-// runs 3), 5 as 4 with both warpgroups started together (head dim 128; 64 runs 3).
+// with each item's dQ deferred to the next item and warpgroup 1 started late (head dim 64: 32
+// of the 64 columns per warpgroup), 5 as 4 with both warpgroups started together.
 // Defaults per head dim, from the H200 runs of session 11 (bf16, 16K causal, TFLOP/s; all modes
 // passed cuda_backend_test and the 16 SDPA cases): head dim 128 mode 4 (482 / 460 in two runs vs
 // 429 / 439 for mode 1, 436 for 5; earlier run: 440 for 1, 395 / 416 for 2 / 3, 354 for 0), head
 // dim 64 mode 3 (321 vs 294 for 1 = 2, 246 for 0). Measured slower and removed: 6 / 7 (dQ under
 // the dS phase), 8 (mode 4 with Q and dO released separately, 3 Q stages: 462 vs 470 for 4, mean
 // of six runs each, docs/kernels-cuda.md "Seventh pass"); those values run the defaults.
+// Head dim 64 mode 4 since its column split (kernel time at locked base clocks, ncu, bf16 32 heads,
+// vs mode 3: 16K causal 339.3 vs 324.8 TFLOP/s, 16K full 341.0 vs 334.2, 4K causal 295.9 vs
+// 276.7, 4K full 323.4 vs 298.1; docs/kernels-profiling.md "Head dim 64 backward").
 inline constexpr int kSm90BwdPipeDefaultHdim128 = 4;
-inline constexpr int kSm90BwdPipeDefaultHdim64 = 3;
+inline constexpr int kSm90BwdPipeDefaultHdim64 = 4;
 
 // The pipe mode for `head_dim` (0..5 as above; the pipe kernel runs where TMA can describe the
 // tensors): DFA_CUDA_BWD_PIPE=0..5 forces one for every head dim, unset (or another value) gives
