@@ -23,7 +23,8 @@
 //   waits for the other one's dS^T of the same item: dS^T triple buffered, mbarriers ds_full /
 //   ds_empty per buffer (one arrival per consumer warp). Head dim 64: each warpgroup's half is
 //   32 columns (m64n32 wgmmas on K read MN-major from the middle of its 128-byte swizzle rows),
-//   staged as one 8 KB panel per item: half kIndep's reduce traffic.
+//   staged as one 8 KB panel per item: half kIndep's reduce traffic; and K, V of the
+//   warpgroup's 64 keys stay in registers (ldmatrix once) as the A operand of S^T / dP^T.
 //   `sched.start` (kIndep, kDefer): 1 = warpgroup 1 starts once warpgroup 0 has computed its
 //   first P^T, 2 = once warpgroup 0 has written its first dS^T, so their softmax phases fall on
 //   each other's GEMMs; 0 = both start together.
@@ -128,6 +129,9 @@ __global__ void __launch_bounds__(384, 1)
   using Tr = ElemTraits<T>;
   using Cfg = BwdPipeTraits<kD, kVariant>;
   constexpr bool kIndep = Cfg::kIndep, kDefer = Cfg::kDefer;
+  // kDefer at head dim 64: K and V of this warpgroup's keys held in registers as the A operand
+  // of S^T / dP^T (RS wgmmas: half their shared-memory operand reads; 32 registers).
+  constexpr bool kRegKV = kDefer && kD == 64;
   constexpr int kBlockN = Cfg::kBlockN, kBlockM = Cfg::kBlockM, kStages = Cfg::kStages;
   constexpr int kPanels = kD / 64;
   constexpr int kNS = kBlockM / 2;  // S^T / dP^T accumulator floats per thread (m64 n64)
@@ -321,6 +325,16 @@ __global__ void __launch_bounds__(384, 1)
 
   if ((kIndep || kDefer) && cw == 1 && sched.start) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
+  // kRegKV: A fragments of K and V (this warp's 16 keys, k-step kk) by ldmatrix; the ldmatrix
+  // lane layout is stmatrix's (ds_lane above), in K's / V's own 128-byte swizzled rows.
+  uint32_t a_k[kRegKV ? kD / 16 : 1][4], a_v[kRegKV ? kD / 16 : 1][4];
+  if constexpr (kRegKV) {
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      LdMatrixX4(a_k[kk], reinterpret_cast<const char*>(s_k) + (ds_lane ^ (kk << 5)));
+      LdMatrixX4(a_v[kk], reinterpret_cast<const char*>(s_v) + (ds_lane ^ (kk << 5)));
+    }
+  }
   int dq_pending = 0;  // 1: this warpgroup's staged dQ not yet handed to its writer
   int qb = 0;  // query block of `item` inside its head (item % per_head, without a division)
   for (int item = 0; item < items; ++item, qb = qb + 1 == per_head ? 0 : qb + 1) {
@@ -349,19 +363,27 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int off = (kk & 3) * 16;
-      const uint64_t da =
-          DescPlus(desc_k, (kk >> 2) * kBlockN * 64 + off);
       const uint64_t db = DescPlus(desc_q, (kk >> 2) * kBlockM * 64 + off);
-      WgmmaSS<T, kBlockM, 0, 0>::Run(st, da, db, kk > 0 ? 1 : 0);
+      if constexpr (kRegKV) {
+        WgmmaRS<T, kBlockM, 0>::Run(st, a_k[kk], db, kk > 0 ? 1 : 0);
+      } else {
+        const uint64_t da =
+            DescPlus(desc_k, (kk >> 2) * kBlockN * 64 + off);
+        WgmmaSS<T, kBlockM, 0, 0>::Run(st, da, db, kk > 0 ? 1 : 0);
+      }
     }
     WgmmaCommit();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int off = (kk & 3) * 16;
-      const uint64_t da =
-          DescPlus(desc_v, (kk >> 2) * kBlockN * 64 + off);
       const uint64_t db = DescPlus(desc_do, (kk >> 2) * kBlockM * 64 + off);
-      WgmmaSS<T, kBlockM, 0, 0>::Run(dpt, da, db, kk > 0 ? 1 : 0);
+      if constexpr (kRegKV) {
+        WgmmaRS<T, kBlockM, 0>::Run(dpt, a_v[kk], db, kk > 0 ? 1 : 0);
+      } else {
+        const uint64_t da =
+            DescPlus(desc_v, (kk >> 2) * kBlockN * 64 + off);
+        WgmmaSS<T, kBlockM, 0, 0>::Run(dpt, da, db, kk > 0 ? 1 : 0);
+      }
     }
     WgmmaCommit();
     // The previous item's dQ staging (stage_dq below) is handed to the writer here rather than

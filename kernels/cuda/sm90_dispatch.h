@@ -81,7 +81,9 @@ inline bool UseSm90WsBackward() {
 // of six runs each, docs/kernels-cuda.md "Seventh pass"); those values run the defaults.
 // Head dim 64 mode 4 since its column split (kernel time at locked base clocks, ncu, bf16 32 heads,
 // vs mode 3: 16K causal 339.3 vs 324.8 TFLOP/s, 16K full 341.0 vs 334.2, 4K causal 295.9 vs
-// 276.7, 4K full 323.4 vs 298.1; docs/kernels-profiling.md "Head dim 64 backward").
+// 276.7, 4K full 323.4 vs 298.1; docs/kernels-profiling.md "Head dim 64 backward"), then with K
+// and V in registers (RS S^T / dP^T) 368.2 / 371.1 / 317.2 / 345.8 (same run without: 336.2 /
+// 338.3 / 293.7 / 321.4).
 inline constexpr int kSm90BwdPipeDefaultHdim128 = 4;
 inline constexpr int kSm90BwdPipeDefaultHdim64 = 4;
 
