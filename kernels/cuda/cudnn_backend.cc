@@ -103,9 +103,13 @@ cudnn::SdpaProblem ProblemOf(bool backward, const TensorView& q, const TensorVie
 
 class CudnnBackend final : public CudnnAttentionBackend {
  public:
-  CudnnBackend(int device, std::unique_ptr<AttentionBackend> cuda, std::unique_ptr<cudnn::SdpaGraphs> graphs,
-               std::unique_ptr<ScratchAllocator> scratch)
-      : device_(device), cuda_(std::move(cuda)), graphs_(std::move(graphs)), scratch_(std::move(scratch)) {}
+  CudnnBackend(int device, bool hopper, std::unique_ptr<AttentionBackend> cuda,
+               std::unique_ptr<cudnn::SdpaGraphs> graphs, std::unique_ptr<ScratchAllocator> scratch)
+      : device_(device),
+        hopper_(hopper),
+        cuda_(std::move(cuda)),
+        graphs_(std::move(graphs)),
+        scratch_(std::move(scratch)) {}
   ~CudnnBackend() override {
     if (last_use_ != nullptr) cudaEventDestroy(last_use_);
   }
@@ -117,7 +121,7 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
   absl::Status Forward(const ForwardArgs& a) override {
     RETURN_IF_ERROR(ValidateForward(a));
-    if (own_forward_) {  // our TMA warp-specialised forward (merges into fp32 partials in place)
+    if (OwnForward(a)) {  // our TMA warp-specialised forward (merges into fp32 partials in place)
       RETURN_IF_ERROR(cuda_->Forward(a));
       ++counters_.own_forward;
       return absl::OkStatus();
@@ -149,6 +153,11 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
   absl::Status Backward(const BackwardArgs& a) override {
     RETURN_IF_ERROR(ValidateBackward(a));
+    if (OwnBackward(a)) {  // our pipe backward (fp32 += into dQ, dK, dV directly, no glue)
+      RETURN_IF_ERROR(cuda_->Backward(a));
+      ++counters_.own_backward;
+      return absl::OkStatus();
+    }
     std::string why = a.out.data == nullptr && !out_from_delta_ ? "BackwardArgs.out (final O) not given"
                                                                 : Unfit(a.q, "q");
     if (why.empty()) why = Unfit(a.k, "k");
@@ -288,6 +297,26 @@ class CudnnBackend final : public CudnnAttentionBackend {
     return absl::OkStatus();
   }
 
+  // Forward units go to our kernels where they are measured faster than cuDNN's: Hopper (sm 9.0,
+  // our wgmma kernels) at head dim 128 (H200, bf16, 32 heads, TFLOP/s, same rounds, session 13:
+  // 4K causal 569 vs 525, 4K full 693 vs 654, 16K causal 729 vs 654, 16K full 691 vs 686, 64K
+  // 664 vs 608 / 615; docs/kernels-cuda.md eleventh pass). Head dim 64 stays on cuDNN (ours is
+  // behind it at 4K). DFA_CUDNN_OWN_FORWARD=1 / =0 forces ours / cuDNN's for every unit.
+  bool OwnForward(const ForwardArgs& a) const {
+    if (own_forward_forced_ >= 0) return own_forward_forced_ == 1;
+    return hopper_ && a.q.head_dim == 128;
+  }
+
+  // Backward units likewise: at head dim 128 on Hopper ours beat this backend's cuDNN path
+  // through this interface (cuDNN writes 16-bit gradients that the += into fp32 then re-reads:
+  // dfa_cudnn_bench, H200, same call, session 13: 16K causal 543.7 vs 533.0, 16K full 556.7 vs
+  // 536.2, 64K causal 551.8 vs 533.9, 64K full 557.0 vs 542.5 TFLOP/s). DFA_CUDNN_OWN_BACKWARD=1 /
+  // =0 forces ours / cuDNN's for every unit.
+  bool OwnBackward(const BackwardArgs& a) const {
+    if (own_backward_forced_ >= 0) return own_backward_forced_ == 1;
+    return hopper_ && a.q.head_dim == 128;
+  }
+
   absl::Status FallbackForward(const ForwardArgs& a, std::string why) {
     ++counters_.fallback_forward;
     counters_.last_fallback_reason = std::move(why);
@@ -317,6 +346,7 @@ class CudnnBackend final : public CudnnAttentionBackend {
   }
 
   int device_;
+  bool hopper_;  // compute capability 9.0: our wgmma kernels run
   std::unique_ptr<AttentionBackend> cuda_;
   std::unique_ptr<cudnn::SdpaGraphs> graphs_;
   std::unique_ptr<ScratchAllocator> scratch_;  // before the buffers: they release into it
@@ -326,11 +356,17 @@ class CudnnBackend final : public CudnnAttentionBackend {
   cudaEvent_t last_use_ = nullptr;
   cudaStream_t last_stream_ = nullptr;
   CudnnBackendCounters counters_;
-  // DFA_CUDNN_OWN_FORWARD=1: forward units on our kernels, backward on cuDNN (per-shape choice
-  // for measurement; see docs/gpu-service.md).
-  bool own_forward_ = [] {
+  // DFA_CUDNN_OWN_FORWARD=1 / =0: every forward unit on our kernels / on cuDNN; unset (-1): the
+  // per-shape choice of OwnForward().
+  int own_forward_forced_ = [] {
     const char* env = std::getenv("DFA_CUDNN_OWN_FORWARD");
-    return env != nullptr && env[0] == '1';
+    if (env == nullptr || env[0] == '\0') return -1;
+    return env[0] == '1' ? 1 : 0;
+  }();
+  int own_backward_forced_ = [] {  // DFA_CUDNN_OWN_BACKWARD, as own_forward_forced_
+    const char* env = std::getenv("DFA_CUDNN_OWN_BACKWARD");
+    if (env == nullptr || env[0] == '\0') return -1;
+    return env[0] == '1' ? 1 : 0;
   }();
   bool out_from_delta_ = [] {  // on unless DFA_CUDNN_OUT_FROM_DELTA=0
     const char* env = std::getenv("DFA_CUDNN_OUT_FROM_DELTA");
@@ -345,8 +381,13 @@ absl::StatusOr<std::unique_ptr<CudnnAttentionBackend>> CreateCudnnBackend(const 
   auto scratch = std::make_unique<ScratchAllocator>(options.scratch);
   ASSIGN_OR_RETURN(std::unique_ptr<cudnn::SdpaGraphs> graphs,
                    cudnn::SdpaGraphs::Create(options.device, scratch.get()));
-  return std::unique_ptr<CudnnAttentionBackend>(
-      new CudnnBackend(options.device, std::move(cuda), std::move(graphs), std::move(scratch)));
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device) != cudaSuccess) {
+    return absl::InternalError("cudnn backend: cannot read the device's compute capability");
+  }
+  return std::unique_ptr<CudnnAttentionBackend>(new CudnnBackend(
+      options.device, major == 9 && minor == 0, std::move(cuda), std::move(graphs), std::move(scratch)));
 }
 
 }  // namespace dfa

@@ -2,9 +2,11 @@
 // instructions) behind the interface of kernels/attention_backend.h, with our CUDA kernels
 // (kernels/cuda/cuda_backend.h) for everything cuDNN cannot do here.
 //
-// Per call: Forward and Backward go to cuDNN when it can run the unit (bf16/f16; head_dim a
-// multiple of 8 up to 256; 16-byte aligned data, strides multiples of 8 elements; for Backward
-// also BackwardArgs::out, the final O, since cuDNN forms D = rowsum(dO * O) itself) and cuDNN
+// Per call: Forward and Backward units at head dim 128 on Hopper (sm 9.0) go to our kernels
+// (measured faster there, through this interface; DFA_CUDNN_OWN_FORWARD / DFA_CUDNN_OWN_BACKWARD
+// = 1 / 0 force ours / cuDNN's for every unit), counted as own_forward / own_backward. Otherwise Forward and Backward go to cuDNN when it can run the unit (bf16/f16;
+// head_dim a multiple of 8 up to 256; 16-byte aligned data, strides multiples of 8 elements; for
+// Backward also BackwardArgs::out, the final O, since cuDNN forms D = rowsum(dO * O) itself) and cuDNN
 // has an engine for it (decided once per shape, when its graph is built); otherwise to our CUDA
 // kernels, counted in Counters(). Merge, ComputeDelta, Convert and memory are our CUDA backend's.
 // Units at global offsets become one cuDNN call (see cudnn_unit_geometry.h). cuDNN writes bf16/f16
@@ -27,7 +29,7 @@ namespace dfa {
 struct CudnnBackendCounters {
   int64_t cudnn_forward = 0, cudnn_backward = 0;        // units run by cuDNN
   int64_t fallback_forward = 0, fallback_backward = 0;  // units run by our CUDA kernels
-  int64_t own_forward = 0;  // forward units sent to our kernels by DFA_CUDNN_OWN_FORWARD=1
+  int64_t own_forward = 0, own_backward = 0;  // units run by our kernels by choice (faster there)
   std::string last_fallback_reason;
 };
 
