@@ -159,44 +159,6 @@ inline int Sm90BwdEpilogue() {
   return v;
 }
 
-// Whether the head dim 128 backward in pipe modes 4 / 5 runs the persistent kernel
-// (flash_bwd_sm90_persist.cuh: one CTA per SM, tiles from a dynamic counter) instead of one CTA
-// per tile: DFA_CUDA_BWD_PERSIST=1 / =0 force it on / off; unset: off. Session 12 made it the
-// default for short causal grids (4K causal 412.6 vs 403.4 for the pipe kernel then); after the
-// ncu-guided fixes of session 13 the pipe kernel (chunked longest-first order there) is 12% faster
-// at 4K causal: kernel time at locked base clocks (ncu --clock-control base, bf16 D=128 32 heads,
-// median of 4 launches) 409.1 vs 365.2 TFLOP/s, equal elsewhere (it never ran there). The
-// persistent kernel stays as a measured option (its per-item code has the session-13 staging fix
-// but not the rest: its tile is not warp-uniform to ptxas, docs/kernels-cuda.md).
-inline bool Sm90BwdPersist(bool /*causal*/, int64_t /*tiles*/) {
-  static const int forced = [] {
-    const char* e = std::getenv("DFA_CUDA_BWD_PERSIST");
-    if (e == nullptr || e[0] == '\0') return -1;
-    return e[0] != '0' ? 1 : 0;
-  }();
-  return forced == 1;
-}
-
-inline int Sm90BwdPersistCtas() {
-  static const int ctas = [] {
-    const char* e = std::getenv("DFA_CUDA_BWD_PERSIST_CTAS");
-    if (e == nullptr || e[0] == '\0') return 0;
-    const int v = std::atoi(e);
-    return v > 0 && v < 10000 ? v : 0;
-  }();
-  return ctas;
-}
-
-// Tile order of the persistent backward (its tile ids map through LongestFirstTile): causal masks
-// longest-first in chunks of kSm90BwdOrderChunk kv heads at every size (a dynamic counter hands
-// the tiles out, so the list order alone decides the tail), full masks grid order;
-// DFA_CUDA_BWD_ORDER=N forces chunks of N (0 = grid order) as for the pipe kernel.
-inline int Sm90BwdPersistOrderChunk(bool causal) {
-  const int forced = Sm90BwdOrderForced();
-  if (forced >= 0) return forced;
-  return causal ? kSm90BwdOrderChunk : 0;
-}
-
 // Start offset of the pipe backward's second consumer warpgroup (BwdPipeSched::start):
 // DFA_CUDA_BWD_START=0|1|2 forces it for the modes that have one (2..5); -1 (unset) = per mode.
 inline int Sm90BwdStart() {

@@ -8,7 +8,7 @@
 // Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
 // -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, and with the kernel-variant switches
 // (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5, -nopipe, -orderN, -startN, -epiN,
-// -persistN, -ctasN; see Main).
+// see Main).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -89,13 +89,10 @@ int Main(int argc, char** argv) {
   }
   // Scheduling switches of the pipe backward: DFA_CUDA_BWD_ORDER=N -orderN (causal tile order),
   // DFA_CUDA_BWD_START=N -startN (second consumer warpgroup's start), DFA_CUDA_BWD_EPILOGUE=N
-  // -epiN (how dK, dV are added), DFA_CUDA_BWD_PERSIST=N -persistN (persistent kernel),
-  // DFA_CUDA_BWD_PERSIST_CTAS=N -ctasN (its grid cap).
+  // -epiN (how dK, dV are added).
   for (const auto& [var, name] : {std::pair<const char*, const char*>{"DFA_CUDA_BWD_ORDER", "-order"},
                                   {"DFA_CUDA_BWD_START", "-start"},
-                                  {"DFA_CUDA_BWD_EPILOGUE", "-epi"},
-                                  {"DFA_CUDA_BWD_PERSIST", "-persist"},
-                                  {"DFA_CUDA_BWD_PERSIST_CTAS", "-ctas"}}) {
+                                  {"DFA_CUDA_BWD_EPILOGUE", "-epi"}}) {
     if (const char* e = std::getenv(var); e != nullptr && e[0] != '\0') tag += std::string(name) + e;
   }
   const char* kernel_tag = tag.c_str();

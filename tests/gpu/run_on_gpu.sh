@@ -6,7 +6,7 @@
 #                           [check] [bench-cpasync-quick] [bench-bwd-quick]
 #                           [bench-nopp-quick] [bench-dfa] [bench-dfa-quick]
 #                           [bench-mma] [bench-mma-quick] [bench-sdpa] [bench-sdpa-quick]
-#                           [test-bwdsched] [test-bwdpersist] [bench-env-quick] [times-locked]
+#                           [test-bwdsched] [bench-env-quick] [times-locked]
 # *-mma steps set DFA_CUDA_NO_WGMMA=1 (the sm_80 mma.sync kernels, for comparison on Hopper);
 # *-cpasync steps set DFA_CUDA_FWD_WS=0 (Hopper forward on the cp.async kernel, not the TMA one);
 # bench-nopp-quick turns its ping-pong off; test-bwdtma sets DFA_CUDA_BWD_PIPE=0 (Hopper backward on
@@ -16,9 +16,6 @@
 # (DFA_CUDA_BWD_WS=0; left out when BENCH_PIPE_MODES is set) in a row. test-bwdsched runs the test
 # and the SDPA check with the pipe backward's non-default scheduling / epilogue switches
 # (DFA_CUDA_BWD_ORDER=3, DFA_CUDA_BWD_START=2, DFA_CUDA_BWD_EPILOGUE=1, then =0 with ORDER=4);
-# test-bwdpersist does the same with the persistent backward forced on (DFA_CUDA_BWD_PERSIST=1),
-# on with 3 CTAs (DFA_CUDA_BWD_PERSIST_CTAS=3: many tiles per CTA at the test shapes), on with 1
-# CTA in mode 5 with chunks of 3, and off (=0: the pipe kernel also where the default persists);
 # bench-env-quick runs the quick bench at head dim 128 ROUNDS times (default 3) for each setting in
 # $BENCH_ENVS (space-separated settings, each a comma-separated list of VAR=VALUE; "-" = defaults),
 # alternating them, e.g. BENCH_ENVS="- DFA_CUDA_BWD_ORDER=0,DFA_CUDA_BWD_EPILOGUE=0".
@@ -53,11 +50,6 @@ for step in "$@"; do
         DFA_CUDA_BWD_ORDER=4,DFA_CUDA_BWD_EPILOGUE=0; do echo "# ${v//,/ }"; env ${v//,/ } timeout 60 "$G/cuda_backend_test" &&
       rm -rf /tmp/dfa-cases && mkdir -p /tmp/dfa-cases && env ${v//,/ } timeout 60 "$G/dfa_sdpa_cases" /tmp/dfa-cases &&
       timeout 120 python3 tests/gpu/sdpa_check.py /tmp/dfa-cases; echo "rc=$?"; done 2>&1 | tee "$OUT/test_bwdsched.log" | grep -E "^#|OK \]|FAIL|failing|rc=" ;;
-    test-bwdpersist) for v in DFA_CUDA_BWD_PERSIST=1 DFA_CUDA_BWD_PERSIST=1,DFA_CUDA_BWD_PERSIST_CTAS=3 \
-        DFA_CUDA_BWD_PERSIST=1,DFA_CUDA_BWD_PERSIST_CTAS=1,DFA_CUDA_BWD_PIPE=5,DFA_CUDA_BWD_ORDER=3 \
-        DFA_CUDA_BWD_PERSIST=0; do echo "# ${v//,/ }"; env ${v//,/ } timeout 60 "$G/cuda_backend_test" &&
-      rm -rf /tmp/dfa-cases && mkdir -p /tmp/dfa-cases && env ${v//,/ } timeout 60 "$G/dfa_sdpa_cases" /tmp/dfa-cases &&
-      timeout 120 python3 tests/gpu/sdpa_check.py /tmp/dfa-cases; echo "rc=$?"; done 2>&1 | tee "$OUT/test_bwdpersist.log" | grep -E "^#|OK \]|FAIL|failing|rc=" ;;
     bench-env-quick) for r in $(seq "${ROUNDS:-3}"); do for v in ${BENCH_ENVS:--}; do echo "# round $r: $v"
         if [ "$v" = - ]; then timeout 60 "$G/dfa_kernel_bench" --quick --hdim 128; else env ${v//,/ } timeout 60 "$G/dfa_kernel_bench" --quick --hdim 128; fi
       done; done 2>&1 | tee "$OUT/bench_env.md" ;;
