@@ -357,35 +357,27 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int j = 0; j < kNS / 4; ++j)
       lse_r[j] = *reinterpret_cast<const float2*>(s_lse_cur + j * 8 + 2 * t);
-    // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, as two commit groups.
+    // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, as two commit groups: acc =
+    // A B^T with A = this warpgroup's K (V) rows, from registers (a_reg) or shared memory (desc_a),
+    // B = the item's Q (dO) rows.
     float st[kNS], dpt[kNS];
+    auto issue_sdp = [&](float* acc, const uint32_t (*a_reg)[4], uint64_t desc_a, uint64_t desc_b) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const int off = (kk & 3) * 16;
+        const uint64_t db = DescPlus(desc_b, (kk >> 2) * kBlockM * 64 + off);
+        if constexpr (kRegKV) {
+          WgmmaRS<T, kBlockM, 0>::Run(acc, a_reg[kk], db, kk > 0 ? 1 : 0);
+        } else {
+          const uint64_t da = DescPlus(desc_a, (kk >> 2) * kBlockN * 64 + off);
+          WgmmaSS<T, kBlockM, 0, 0>::Run(acc, da, db, kk > 0 ? 1 : 0);
+        }
+      }
+      WgmmaCommit();
+    };
     WgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const int off = (kk & 3) * 16;
-      const uint64_t db = DescPlus(desc_q, (kk >> 2) * kBlockM * 64 + off);
-      if constexpr (kRegKV) {
-        WgmmaRS<T, kBlockM, 0>::Run(st, a_k[kk], db, kk > 0 ? 1 : 0);
-      } else {
-        const uint64_t da =
-            DescPlus(desc_k, (kk >> 2) * kBlockN * 64 + off);
-        WgmmaSS<T, kBlockM, 0, 0>::Run(st, da, db, kk > 0 ? 1 : 0);
-      }
-    }
-    WgmmaCommit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const int off = (kk & 3) * 16;
-      const uint64_t db = DescPlus(desc_do, (kk >> 2) * kBlockM * 64 + off);
-      if constexpr (kRegKV) {
-        WgmmaRS<T, kBlockM, 0>::Run(dpt, a_v[kk], db, kk > 0 ? 1 : 0);
-      } else {
-        const uint64_t da =
-            DescPlus(desc_v, (kk >> 2) * kBlockN * 64 + off);
-        WgmmaSS<T, kBlockM, 0, 0>::Run(dpt, da, db, kk > 0 ? 1 : 0);
-      }
-    }
-    WgmmaCommit();
+    issue_sdp(st, a_k, desc_k, desc_q);
+    issue_sdp(dpt, a_v, desc_v, desc_do);
     // The previous item's dQ staging (stage_dq below) is handed to the writer here rather than
     // right after its stores: the proxy fence then finds them drained instead of waiting for them
     // (ncu: ~3% of the consumers' time in that fence and arrive).
