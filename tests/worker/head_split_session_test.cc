@@ -14,6 +14,7 @@
 #include "kernels/reference/reference_attention.h"
 #include "worker/crc32c.h"
 #include "worker/synthetic_inputs.h"
+#include "tests/worker/worker_test_util.h"
 #include "worker/worker_daemon.h"
 
 namespace dfa {
@@ -52,17 +53,7 @@ v1::Plan ProtoPlan(const std::string& schedule) {
 class HeadSplitSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int i = 0; i < 2; ++i) {
-      WorkerOptions o;
-      o.threads = 1;
-      o.memory_limit_bytes = 64 << 20;
-      o.step_timeout = absl::Seconds(30);
-      auto d = WorkerDaemon::Start(o);
-      ASSERT_TRUE(d.ok()) << d.status();
-      stubs_.push_back(v1::Worker::NewStub(
-          grpc::CreateChannel((*d)->address(), grpc::InsecureChannelCredentials())));
-      daemons_.push_back(std::move(*d));
-    }
+    testing::StartTestWorkers(2, 64 << 20, &daemons_, &stubs_);
   }
   // Opens `id` with `plan` on both workers and fills its inputs from kSeed; transport addresses.
   std::vector<std::string> OpenAndGenerate(const std::string& id, const v1::Plan& plan) {

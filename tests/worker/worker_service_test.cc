@@ -17,6 +17,7 @@
 #include "kernels/reference/reference_attention.h"
 #include "worker/crc32c.h"
 #include "worker/synthetic_inputs.h"
+#include "tests/worker/worker_test_util.h"
 #include "worker/worker_daemon.h"
 
 namespace dfa {
@@ -59,17 +60,7 @@ v1::Plan ProtoPlan(int workers, int64_t seq_len, bool causal, const std::string&
 class WorkerServiceTest : public ::testing::Test {
  protected:
   void Start(int n, int64_t limit = 64 << 20) {
-    for (int i = 0; i < n; ++i) {
-      WorkerOptions o;
-      o.threads = 1;
-      o.memory_limit_bytes = limit;
-      o.step_timeout = absl::Seconds(30);
-      auto d = WorkerDaemon::Start(o);
-      ASSERT_TRUE(d.ok()) << d.status();
-      stubs_.push_back(v1::Worker::NewStub(
-          grpc::CreateChannel((*d)->address(), grpc::InsecureChannelCredentials())));
-      daemons_.push_back(std::move(*d));
-    }
+    testing::StartTestWorkers(n, limit, &daemons_, &stubs_);
   }
   v1::OpenSessionRequest OpenReq(const std::string& id, const v1::AttentionSpec& spec,
                                  const v1::Plan& plan, int rank) {
