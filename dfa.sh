@@ -14,7 +14,7 @@ JOBS=${DFA_JOBS:-$(nproc)}
 # what is missing.
 APT_PACKAGES=(cmake g++ make pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler libabsl-dev libucx-dev prometheus-cpp-dev libgtest-dev libgmock-dev
-  libopenblas-dev prometheus python3 python3-pip openssl libssl-dev)
+  libopenblas-dev prometheus python3 python3-pip python3-dev openssl libssl-dev)
 
 setup() {
   local missing=()

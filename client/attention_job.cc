@@ -63,7 +63,7 @@ absl::StatusOr<v1::Job> AttentionJob::ForwardOnce(ForwardOutputs* out) {
   RETURN_IF_ERROR(Upload(v1::TENSOR_V, *v_));
   ASSIGN_OR_RETURN(v1::Job job, session_->Run(v1::JOB_FORWARD, options_.observer));
   RETURN_IF_ERROR(Download(v1::TENSOR_O, &out->o));
-  RETURN_IF_ERROR(Download(v1::TENSOR_LSE, &out->lse));
+  if (options_.download_lse) RETURN_IF_ERROR(Download(v1::TENSOR_LSE, &out->lse));
   return job;
 }
 

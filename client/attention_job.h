@@ -27,6 +27,9 @@ struct AttentionJobOptions {
   // up to one lease to drop the lost worker from its registry).
   absl::Duration recovery_timeout = absl::Seconds(15);
   JobObserver observer;  // job progress, e.g. a progress bar
+  // Forward gathers LSE too (ForwardOutputs::lse); false leaves it on the workers (the backward
+  // uses their copy) and ForwardOutputs::lse empty.
+  bool download_lse = true;
   // Told before each tensor transfer starts (e.g. to open a progress bar fed by
   // transfer.progress): tensor kind, total bytes, upload (true) or download.
   std::function<void(v1::TensorKind, int64_t, bool)> on_transfer;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa::client {
 

@@ -200,7 +200,7 @@ absl::StatusOr<TransferStats> Session::Upload(v1::TensorKind kind, const HostTen
   ASSIGN_OR_RETURN(HostTensor expected, MakeTensor(spec_, kind));
   if (t.batch != expected.batch || t.rows != expected.rows || t.heads != expected.heads ||
       t.head_dim != expected.head_dim || t.dtype != expected.dtype ||
-      t.size_bytes() != static_cast<int64_t>(t.bytes.size())) {
+      t.size_bytes() != t.storage_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Upload ", TensorKindName(kind), ": tensor shape [", t.batch, ", ", t.rows, ", ", t.heads,
         ", ", t.head_dim, "] does not match the session's [", expected.batch, ", ", expected.rows,

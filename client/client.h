@@ -30,7 +30,7 @@
 #include "client/host_tensor.h"
 #include "client/worker_data_client.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
-#include "proto/tls/rpc_security.h"
+#include "core/rpc_security.h"
 
 namespace dfa::client {
 

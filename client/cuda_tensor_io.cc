@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "worker/gpu/cuda_ipc.h"
+#include "core/gpu/cuda_ipc.h"
 
 namespace dfa::client {
 namespace {

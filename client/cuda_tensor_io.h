@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "client/client.h"
-#include "kernels/dtype.h"
-#include "kernels/status.h"
+#include "core/dtype.h"
+#include "core/status.h"
 
 namespace dfa::client {
 

@@ -1,26 +1,11 @@
 #include "client/grpc_util.h"
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace dfa::client {
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& context) {
-  if (s.ok()) return absl::OkStatus();
-  std::string message = absl::StrCat(context, ": ", s.error_message());
-  // A TLS server refusing the connection shows up as a bare "Socket closed" (plaintext client,
-  // or a client certificate it does not trust) or a handshake error: say what to check.
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      (absl::StrContains(s.error_message(), "Socket closed") ||
-       absl::StrContains(s.error_message(), "Connection reset") ||
-       absl::StrContains(s.error_message(), "andshake") ||
-       absl::StrContains(s.error_message(), "ALERT"))) {
-    absl::StrAppend(&message,
-                    " (connection refused during setup: if the server runs with mTLS, the client "
-                    "needs --tls-cert/--tls-key signed by the server's CA and --tls-ca naming "
-                    "that CA; see docs/security.md)");
-  }
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), message);
+  return FromGrpcStatus(s, context);
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {

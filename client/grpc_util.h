@@ -9,8 +9,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
-#include "kernels/status.h"
-#include "proto/tls/rpc_security.h"
+#include "core/status.h"
+#include "core/grpc_status.h"
+#include "core/rpc_security.h"
 
 namespace dfa::client {
 
@@ -19,7 +20,7 @@ namespace dfa::client {
 absl::Status FromGrpc(const grpc::Status& s, const std::string& context);
 
 // A channel to `address` that accepts messages up to 64 MiB (download chunks), with
-// `security`'s credentials (mTLS or insecure) and bearer token (proto/tls/rpc_security.h).
+// `security`'s credentials (mTLS or insecure) and bearer token (core/rpc_security.h).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const RpcSecurity& security);
 // The same, insecure and without a token.

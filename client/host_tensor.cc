@@ -1,7 +1,5 @@
 #include "client/host_tensor.h"
 
-#include <cmath>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -19,7 +17,7 @@ uint64_t SplitMix64(uint64_t* state) {
 
 TensorView HostTensor::View() const {
   TensorView v;
-  v.data = const_cast<uint8_t*>(bytes.data());
+  v.data = const_cast<uint8_t*>(data());
   v.dtype = dtype;
   v.batch = batch;
   v.rows = rows;
@@ -30,7 +28,7 @@ TensorView HostTensor::View() const {
 
 RowStatView HostTensor::StatView() const {
   RowStatView v;
-  v.data = reinterpret_cast<float*>(const_cast<uint8_t*>(bytes.data()));
+  v.data = reinterpret_cast<float*>(const_cast<uint8_t*>(data()));
   v.batch = batch;
   v.heads = heads;
   v.rows = rows;
@@ -38,38 +36,7 @@ RowStatView HostTensor::StatView() const {
 }
 
 absl::Status ValidateSpec(const v1::AttentionSpec& spec) {
-  if (spec.batch() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.batch must be >= 1, got ", spec.batch()));
-  }
-  if (spec.q_heads() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.q_heads must be >= 1, got ", spec.q_heads()));
-  }
-  if (spec.kv_heads() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.kv_heads must be >= 1, got ", spec.kv_heads()));
-  }
-  if (spec.q_heads() % spec.kv_heads() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.q_heads (", spec.q_heads(),
-                                                   ") must be a multiple of spec.kv_heads (",
-                                                   spec.kv_heads(), ")"));
-  }
-  if (spec.head_dim() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.head_dim must be >= 1, got ", spec.head_dim()));
-  }
-  if (spec.seq_len() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.seq_len must be >= 1, got ", spec.seq_len()));
-  }
-  if (!FromProtoDType(spec.dtype()).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.dtype must be f32, bf16 or f16, got ", spec.dtype()));
-  }
-  if (!(spec.softmax_scale() >= 0.f) || std::isinf(spec.softmax_scale())) {
-    return absl::InvalidArgumentError("spec.softmax_scale must be finite and >= 0");
-  }
-  return absl::OkStatus();
+  return ::dfa::ValidateSpec(spec, kNoSpecLimits);
 }
 
 absl::StatusOr<DType> FromProtoDType(v1::DType t) {
@@ -157,16 +124,12 @@ void FillRandom(uint64_t seed, HostTensor* t) {
 
 HostTensor ToF32(const HostTensor& t) {
   HostTensor f = t;
+  f.external = nullptr;  // the copy owns its bytes, also when `t` is a view
   f.dtype = DType::kF32;
   f.bytes.assign(static_cast<size_t>(f.size_bytes()), 0);
   float* out = reinterpret_cast<float*>(f.data());
   for (int64_t i = 0; i < t.elements(); ++i) out[i] = LoadAsFloat(t.data(), t.dtype, i);
   return f;
-}
-
-float EffectiveScale(const v1::AttentionSpec& spec) {
-  if (spec.softmax_scale() > 0.f) return spec.softmax_scale();
-  return 1.0f / std::sqrt(static_cast<float>(spec.head_dim()));
 }
 
 double ForwardFlops(const v1::AttentionSpec& spec) {

@@ -13,8 +13,9 @@
 
 #include "dfa/v1/attention.pb.h"
 #include "kernels/attention_backend.h"
-#include "kernels/dtype.h"
-#include "kernels/status.h"
+#include "core/dtype.h"
+#include "core/spec_validation.h"
+#include "core/status.h"
 
 namespace dfa::client {
 
@@ -27,20 +28,30 @@ struct HostTensor {
   int head_dim = 0;  // 1 for row statistics
   bool row_stats = false;
   std::vector<uint8_t> bytes;
+  // When set, the tensor's size_bytes() bytes live in caller memory (e.g. a numpy array or a
+  // torch tensor handed in by the Python binding) and `bytes` stays empty: the tensor is a view
+  // that uploads without a copy. The caller keeps that memory alive and unchanged while the
+  // view is used; copies of the view share it.
+  uint8_t* external = nullptr;
 
   int64_t elements() const { return int64_t{batch} * rows * heads * head_dim; }
   int64_t size_bytes() const { return elements() * DTypeSize(dtype); }
   // Bytes of one token row of one batch (all heads); BSHD only.
   int64_t row_bytes() const { return int64_t{heads} * head_dim * DTypeSize(dtype); }
-  uint8_t* data() { return bytes.data(); }
-  const uint8_t* data() const { return bytes.data(); }
+  uint8_t* data() { return external != nullptr ? external : bytes.data(); }
+  const uint8_t* data() const { return external != nullptr ? external : bytes.data(); }
+  // Bytes the tensor's storage holds: size_bytes() for a view, bytes.size() otherwise.
+  int64_t storage_bytes() const {
+    return external != nullptr ? size_bytes() : static_cast<int64_t>(bytes.size());
+  }
   // Kernel view of the whole tensor (BSHD) or of its row statistics (BHS, fp32).
   TensorView View() const;
   RowStatView StatView() const;
 };
 
-// Validates the parts of a spec the client relies on (sizes positive, heads divisible, dtype
-// known). INVALID_ARGUMENT naming the field. The coordinator validates again, with its limits.
+// ValidateSpec (core/spec_validation.h) with kNoSpecLimits: what is wrong with any spec (sizes
+// < 1, heads not divisible, unknown dtype, bad scale). The coordinator and the workers check
+// again, with their limits.
 absl::Status ValidateSpec(const v1::AttentionSpec& spec);
 
 absl::StatusOr<DType> FromProtoDType(v1::DType t);
@@ -57,8 +68,8 @@ void FillRandom(uint64_t seed, HostTensor* t);
 HostTensor ToF32(const HostTensor& t);
 
 // The softmax scale the service uses: spec.softmax_scale, or 1/sqrt(head_dim) when it is 0.
-float EffectiveScale(const v1::AttentionSpec& spec);
-// Forward FLOPs of the whole job as ../shared/ANCHORS.md counts them (backward is 2.5x).
+using ::dfa::EffectiveScale;
+// Forward FLOPs of the whole job, 4·B·Hq·D per visible (query, key) pair (backward is 2.5x).
 double ForwardFlops(const v1::AttentionSpec& spec);
 
 }  // namespace dfa::client

@@ -199,8 +199,10 @@ ClientOptions LocalCluster::client_options() const {
   return co;
 }
 
-absl::Status LocalCluster::StartCoordinator() {
-  ASSIGN_OR_RETURN(int port, FreePort());
+absl::Status LocalCluster::StartCoordinator(int port) {
+  if (port == 0) {
+    ASSIGN_OR_RETURN(port, FreePort());
+  }
   ASSIGN_OR_RETURN(coordinator_.metrics_port, FreePort());
   coordinator_.address = absl::StrCat("127.0.0.1:", port);
   std::vector<std::string> argv = {coordinator_bin_, absl::StrCat("--listen=", coordinator_.address),
@@ -311,6 +313,19 @@ absl::Status LocalCluster::WaitForWorkers(int n, absl::Duration timeout) {
 absl::Status LocalCluster::AddWorker() {
   const int index = static_cast<int>(worker_procs_.size());
   RETURN_IF_ERROR(StartWorker(index));
+  int live = 0;
+  for (auto& p : worker_procs_) live += p->Running() ? 1 : 0;
+  return WaitForWorkers(live, options_.start_timeout);
+}
+
+absl::Status LocalCluster::RestartCoordinator() {
+  if (coordinator_proc_ == nullptr || stopped_) {
+    return absl::FailedPreconditionError("RestartCoordinator: the cluster is not running");
+  }
+  const int port = std::stoi(coordinator_.address.substr(coordinator_.address.rfind(':') + 1));
+  coordinator_proc_->Signal(SIGKILL);
+  (void)coordinator_proc_->Stop(options_.stop_grace);  // reaps it; killed on purpose
+  RETURN_IF_ERROR(StartCoordinator(port));
   int live = 0;
   for (auto& p : worker_procs_) live += p->Running() ? 1 : 0;
   return WaitForWorkers(live, options_.start_timeout);

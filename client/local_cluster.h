@@ -25,7 +25,7 @@
 #include "absl/time/time.h"
 #include "client/child_process.h"
 #include "client/client.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa::client {
 
@@ -67,6 +67,10 @@ class LocalCluster {
 
   // Starts one more worker (id worker-<n>) and waits until the coordinator lists it alive.
   absl::Status AddWorker();
+  // Kills the coordinator (SIGKILL: no goodbye) and starts a new one on the same address with
+  // the same flags; the workers re-register with it on their next heartbeat. Returns once it
+  // lists every running worker alive (fault tests: a restarted coordinator).
+  absl::Status RestartCoordinator();
   // Stops all daemons (workers first). Returns the first unclean exit, if any. Idempotent.
   absl::Status Stop();
 
@@ -82,7 +86,7 @@ class LocalCluster {
   // between FreePort() and its bind (ports are picked, then handed to the daemon by flag).
   static absl::StatusOr<std::unique_ptr<LocalCluster>> StartOnce(const LocalClusterOptions& options);
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
-  absl::Status StartCoordinator();
+  absl::Status StartCoordinator(int port = 0);  // 0: a free port
   absl::Status StartWorker(int index);
   absl::Status WaitForWorkers(int n, absl::Duration timeout);
 

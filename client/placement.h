@@ -9,7 +9,7 @@
 #pragma once
 
 #include "dfa/v1/coordinator.pb.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa::client {
 

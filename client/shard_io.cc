@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "worker/crc32c.h"
+#include "core/wire/crc32c.h"
 
 namespace dfa::client {
 namespace {

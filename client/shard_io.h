@@ -26,8 +26,8 @@
 #include "client/host_tensor.h"
 #include "dfa/v1/attention.pb.h"
 #include "dfa/v1/coordinator.pb.h"
-#include "kernels/status.h"
-#include "worker/chunk_wire.h"
+#include "core/status.h"
+#include "core/wire/chunk_wire.h"
 
 namespace dfa::client {
 

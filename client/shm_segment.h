@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa::client {
 

@@ -11,7 +11,7 @@
 
 #include "client/host_tensor.h"
 #include "dfa/v1/attention.pb.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa::client {
 

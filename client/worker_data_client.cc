@@ -10,8 +10,8 @@
 #include "absl/time/clock.h"
 #include "client/grpc_util.h"
 #include "grpcpp/support/sync_stream.h"
-#include "worker/chunk_wire.h"
-#include "worker/crc32c.h"
+#include "core/wire/chunk_wire.h"
+#include "core/wire/crc32c.h"
 
 namespace dfa::client {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/strings/string_view.h"
 #include "dfa/v1/coordinator.pb.h"
-#include "kernels/status.h"
+#include "core/status.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"

@@ -14,7 +14,7 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/options.h"
 #include "grpcpp/server.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa {
 

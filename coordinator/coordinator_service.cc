@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/grpc_status.h"
+#include "core/grpc_status.h"
 
 namespace dfa {
 namespace {

@@ -7,9 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/grpc_status.h"
+#include "core/grpc_status.h"
 #include "coordinator/session_plan.h"
-#include "kernels/attention_backend.h"
+#include "core/mask.h"
+#include "core/trace.h"
 
 namespace dfa {
 
@@ -46,11 +47,7 @@ struct CancelCall {
 // DFA_TRACE_OPS=1: one stderr line per finished job with the control plane's times (absolute
 // unix microseconds, comparable with the workers' "job trace" lines on the same host).
 bool TraceJobs() {
-  static const bool on = [] {
-    const char* v = std::getenv("DFA_TRACE_OPS");
-    return v != nullptr && *v != '\0' && std::string(v) != "0";
-  }();
-  return on;
+  return TraceOpsEnabled();
 }
 
 double JobFlops(const v1::AttentionSpec& s, v1::JobKind kind) {

@@ -33,7 +33,7 @@
 #include "coordinator/worker_stubs.h"
 #include "dfa/v1/coordinator.pb.h"
 #include "grpcpp/support/status.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa {
 

@@ -7,8 +7,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "coordinator/coordinator_server.h"
+#include "core/version.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "gRPC listen address host:port (port 0: any)");
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics port (-1 off, 0 any free port)");
@@ -34,7 +34,10 @@ ABSL_FLAG(std::string, tls_server_name, "",
           "name workers' certificates are checked against (default: the host of their address)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("dfa-coordinator: DistFlashAttn Service coordinator daemon");
+  dfa::InitProgramFlags("dfa-coordinator",
+                        "DistFlashAttn Service coordinator daemon\n"
+                        "usage: dfa-coordinator [--listen=HOST:PORT] [--lease_ms=MS] ...",
+                        "coordinator/main.cc", argc, argv);
   absl::ParseCommandLine(argc, argv);
 
   dfa::CoordinatorOptions options;

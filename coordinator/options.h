@@ -6,14 +6,14 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "proto/tls/rpc_security.h"
+#include "core/rpc_security.h"
+#include "core/spec_validation.h"
 
 namespace dfa {
 
-struct CoordinatorLimits {
-  int64_t max_seq_len = int64_t{1} << 22;  // tokens per session
-  int max_batch = 1024;
-  int max_heads = 1024;     // q_heads and kv_heads
+// The spec limits (max_seq_len, max_batch, max_heads: core/spec_validation.h) and the
+// coordinator's own.
+struct CoordinatorLimits : SpecLimits {
   int max_sessions = 1024;  // open sessions over all clients
   int max_client_id_len = 256;
   int max_ttl_seconds = 7 * 24 * 3600;

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/grpc_status.h"
+#include "core/grpc_status.h"
 #include "coordinator/session_memory.h"
 #include "coordinator/session_plan.h"
-#include "coordinator/spec_validation.h"
+#include "core/spec_validation.h"
 
 namespace dfa {
 namespace {

@@ -25,7 +25,7 @@
 #include "coordinator/worker_registry.h"
 #include "coordinator/worker_stubs.h"
 #include "dfa/v1/coordinator.pb.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa {
 

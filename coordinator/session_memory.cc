@@ -1,18 +1,8 @@
 #include "coordinator/session_memory.h"
 
-#include "worker/executor/session_storage.h"
+#include "core/shape.h"
 
 namespace dfa {
-
-AttentionShape ShapeOf(const v1::AttentionSpec& spec) {
-  AttentionShape shape;
-  shape.batch = spec.batch();
-  shape.q_heads = spec.q_heads();
-  shape.kv_heads = spec.kv_heads();
-  shape.head_dim = spec.head_dim();
-  shape.dtype = static_cast<DType>(spec.dtype());  // the enums share their values
-  return shape;
-}
 
 double SessionBytesEstimate(const v1::AttentionSpec& spec) {
   const double rows = static_cast<double>(spec.batch()) * static_cast<double>(spec.seq_len());
@@ -28,17 +18,11 @@ int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t 
 
 int64_t SessionBytes(const v1::AttentionSpec& spec, const HeadRange& kv_heads, int64_t owned_rows,
                      int64_t scratch_bytes) {
-  // The worker's storage shape (worker/session_registry.cc cuts it the same way).
+  // The worker's storage shape: the spec's, cut to the worker's key/value heads.
   WorkerPlan w;
   w.kv_heads = kv_heads;
   const AttentionShape local = LocalShape(ShapeOf(spec), w);
-  SessionShape shape;
-  shape.batch = local.batch;
-  shape.q_heads = local.q_heads;
-  shape.kv_heads = local.kv_heads;
-  shape.head_dim = local.head_dim;
-  shape.dtype = local.dtype;
-  return SessionStorageBytes(shape, owned_rows) + scratch_bytes;
+  return SessionStorageBytes(local, owned_rows) + scratch_bytes;
 }
 
 }  // namespace dfa

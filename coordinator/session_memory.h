@@ -2,20 +2,18 @@
 // much on every placed worker before it opens the session there; the worker enforces its own
 // limit again in OpenSession (RESOURCE_EXHAUSTED).
 //
-// The count is the executor's SessionStorageBytes (worker/executor/session_storage.h: Q, K, V,
+// The count is SessionStorageBytes (core/shape.h: Q, K, V,
 // O, dO, LSE, D, dQ, dK, dV for the worker's owned rows, at the heads it holds) plus the plan's
 // peak in-flight buffers (transfer buffers and partials alive at once, from CheckPlan's report).
 #pragma once
 
 #include <cstdint>
 
-#include "coordinator/planner/plan.h"
+#include "core/planner/plan.h"
+#include "core/spec_validation.h"  // ShapeOf
 #include "dfa/v1/attention.pb.h"
 
 namespace dfa {
-
-// The per-token shape of a session, for the planner's byte counts.
-AttentionShape ShapeOf(const v1::AttentionSpec& spec);
 
 // An upper estimate, in double precision (no overflow), of the bytes the whole session holds
 // over all workers: every tensor of SessionStorageBytes plus one copy of K/V in flight.

@@ -3,12 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/plan_coalescing.h"
-#include "coordinator/planner/plan_checker.h"
-#include "coordinator/planner/plan_proto.h"
-#include "coordinator/planner/planner.h"
+#include "core/planner/plan_coalescing.h"
+#include "core/planner/plan_checker.h"
+#include "core/planner/plan_proto.h"
+#include "core/planner/planner.h"
 #include "coordinator/session_memory.h"
-#include "coordinator/spec_validation.h"
+#include "core/spec_validation.h"
 
 namespace dfa {
 

@@ -9,7 +9,7 @@
 
 #include "absl/strings/string_view.h"
 #include "dfa/v1/attention.pb.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa {
 

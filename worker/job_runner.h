@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
@@ -22,6 +21,7 @@
 #include <thread>
 
 #include "absl/time/time.h"
+#include "core/trace.h"
 #include "dfa/v1/worker.pb.h"
 #include "worker/session_registry.h"
 #include "worker/worker_metrics.h"
@@ -64,11 +64,8 @@ class JobRunner {
   SessionRegistry* sessions_;
   std::atomic<WorkerMetrics*> metrics_;
   const absl::Duration step_timeout_;
-  // DFA_TRACE_OPS=1 (see worker/gpu/op_trace.h): one stderr line per job with its host times.
-  const bool trace_jobs_ = [] {
-    const char* v = std::getenv("DFA_TRACE_OPS");
-    return v != nullptr && *v != '\0' && std::string(v) != "0";
-  }();
+  // DFA_TRACE_OPS=1 (core/trace.h): one stderr line per job with its host times.
+  const bool trace_jobs_ = TraceOpsEnabled();
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<WorkerSession>> running_;  // job id -> session
   std::set<std::string> cancelled_early_;    // cancelled before they started (bounded)

@@ -7,14 +7,15 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/time/clock.h"
+#include "core/version.h"
 #include "worker/worker_daemon.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (port 0: any free)");
 ABSL_FLAG(std::string, advertise, "", "address the coordinator and clients use (default: listen)");
 ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port (empty: standalone)");
-ABSL_FLAG(std::string, backend, "cpu", "attention backend: cpu, cuda (our kernels), cudnn (cuDNN fused attention) or auto");
+ABSL_FLAG(std::string, backend, "cpu",
+          "attention backend: cpu, cuda (our kernels), cudnn (cuDNN fused attention) or auto");
 ABSL_FLAG(int, threads, 0, "cpu backend threads per session (0: all cores)");
 ABSL_FLAG(int, device, 0, "cuda device ordinal");
 ABSL_FLAG(int64_t, memory_limit_bytes, 0, "session memory limit in bytes (0: 80% of RAM)");
@@ -46,7 +47,10 @@ sigset_t StopSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("dfa-worker --coordinator=HOST:PORT [--listen=HOST:PORT] ...");
+  dfa::InitProgramFlags("dfa-worker",
+                        "DistFlashAttn Service worker daemon\n"
+                        "usage: dfa-worker --coordinator=HOST:PORT [--listen=HOST:PORT] ...",
+                        "worker/main.cc", argc, argv);
   absl::ParseCommandLine(argc, argv);
   // Block the stop signals in every thread; one thread waits for them synchronously.
   sigset_t stop = StopSignals();
@@ -98,7 +102,7 @@ int main(int argc, char** argv) {
   std::cerr << "dfa-worker: stopped in " << absl::ToDoubleSeconds(absl::Now() - stop_start)
             << " s" << std::endl;
   // Everything the daemon owned is released above. Skip the libraries' static teardown
-  // (measured at 1-1.8 s after a job on this VM), so SIGTERM -> exit stays well under 1 s.
+  // (1-1.8 s after a job on a 2-core VM), so SIGTERM -> exit stays well under 1 s.
   std::cout.flush();
   std::_Exit(0);
 }

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa {
 

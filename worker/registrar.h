@@ -14,7 +14,7 @@
 
 #include "absl/time/time.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
-#include "proto/tls/rpc_security.h"
+#include "core/rpc_security.h"
 
 namespace dfa {
 

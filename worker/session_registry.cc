@@ -1,32 +1,21 @@
 #include "worker/session_registry.h"
 
 #include <algorithm>
-#include <cmath>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/planner/plan_checker.h"
-#include "coordinator/planner/plan_proto.h"
+#include "core/planner/plan_checker.h"
+#include "core/planner/plan_proto.h"
+#include "core/spec_validation.h"
 #include "worker/cancellable_backend.h"
 
 namespace dfa {
 namespace {
 
 constexpr int kMaxIdLength = 256;
-constexpr int64_t kMaxSeqLen = int64_t{1} << 40;
-constexpr int kMaxHeads = 1 << 16;
-constexpr int kMaxBatch = 1 << 20;
-
-// The spec's per-token shape cut to the key/value heads `kv` (with their query groups).
-SessionShape LocalShapeOf(const v1::AttentionSpec& spec, const HeadRange& kv) {
-  SessionShape s;
-  s.batch = spec.batch();
-  s.kv_heads = kv.size();
-  s.q_heads = kv.size() * (spec.q_heads() / spec.kv_heads());
-  s.head_dim = spec.head_dim();
-  s.dtype = static_cast<DType>(spec.dtype());
-  return s;
-}
+// A worker takes any spec the coordinator's limits allow; these only keep byte counts in range.
+constexpr SpecLimits kWorkerSpecLimits{/*max_seq_len=*/int64_t{1} << 40, /*max_batch=*/1 << 20,
+                                       /*max_heads=*/1 << 16, /*max_head_dim=*/kMaxHeadDim};
 
 // Frees the session's memory back to the budget once the last user lets go.
 struct SessionDeleter {
@@ -45,45 +34,6 @@ double DefaultCancelPieceFlops() {
          std::max(1u, std::thread::hardware_concurrency());
 }
 
-absl::Status ValidateSpec(const v1::AttentionSpec& spec) {
-  if (spec.batch() < 1 || spec.batch() > kMaxBatch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.batch = ", spec.batch(), " must be in [1, ", kMaxBatch, "]"));
-  }
-  if (spec.q_heads() < 1 || spec.q_heads() > kMaxHeads) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.q_heads = ", spec.q_heads(), " must be in [1, ", kMaxHeads, "]"));
-  }
-  if (spec.kv_heads() < 1 || spec.kv_heads() > spec.q_heads()) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.kv_heads = ", spec.kv_heads(),
-                                                   " must be in [1, q_heads = ", spec.q_heads(),
-                                                   "]"));
-  }
-  if (spec.q_heads() % spec.kv_heads() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.q_heads = ", spec.q_heads(),
-                                                   " is not a multiple of spec.kv_heads = ",
-                                                   spec.kv_heads()));
-  }
-  if (spec.head_dim() < 1 || spec.head_dim() > 512) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.head_dim = ", spec.head_dim(), " must be in [1, 512]"));
-  }
-  if (spec.seq_len() < 1 || spec.seq_len() > kMaxSeqLen) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.seq_len = ", spec.seq_len(), " must be in [1, ", kMaxSeqLen, "]"));
-  }
-  if (spec.dtype() != v1::DTYPE_F32 && spec.dtype() != v1::DTYPE_BF16 &&
-      spec.dtype() != v1::DTYPE_F16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.dtype = ", static_cast<int>(spec.dtype()), " is not one of F32, BF16, F16"));
-  }
-  if (!std::isfinite(spec.softmax_scale()) || spec.softmax_scale() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.softmax_scale = ", spec.softmax_scale(), " must be finite and >= 0"));
-  }
-  return absl::OkStatus();
-}
-
 SessionRegistry::~SessionRegistry() { CloseAll(); }
 
 absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
@@ -92,7 +42,7 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("session_id must have 1 to ", kMaxIdLength, " characters"));
   }
-  RETURN_IF_ERROR(ValidateSpec(req.spec()));
+  RETURN_IF_ERROR(ValidateSpec(req.spec(), kWorkerSpecLimits));
   const int workers = req.plan().workers_size();
   if (workers < 1) return absl::InvalidArgumentError("plan.workers is empty");
   if (req.rank() < 0 || req.rank() >= workers) {
@@ -116,11 +66,7 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
     return absl::InvalidArgumentError(absl::StrCat("plan: ", plan.status().message()));
   }
   CheckOptions check;
-  check.shape.batch = req.spec().batch();
-  check.shape.q_heads = req.spec().q_heads();
-  check.shape.kv_heads = req.spec().kv_heads();
-  check.shape.head_dim = req.spec().head_dim();
-  check.shape.dtype = static_cast<DType>(req.spec().dtype());
+  check.shape = ShapeOf(req.spec());
   auto report = CheckPlan(*plan, check);
   if (!report.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("plan: ", report.status().message()));
@@ -136,7 +82,7 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
         ") is outside [0, spec.kv_heads = ", req.spec().kv_heads(), ")"));
   }
   // This worker's storage holds its heads only (a head-split plan: schedule "heads").
-  const SessionShape shape = LocalShapeOf(req.spec(), kv_heads);
+  const AttentionShape shape = LocalShape(check.shape, mine);
   // In double first: a huge spec must be refused, not overflow.
   const double approx = static_cast<double>(SessionStorageBytes(shape, 1)) * rows;
   if (approx > 9.0e18) {

@@ -72,7 +72,4 @@ class SessionRegistry {
   std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;
 };
 
-// INVALID_ARGUMENT naming the field (spec.batch, spec.head_dim, ...) or OK.
-absl::Status ValidateSpec(const v1::AttentionSpec& spec);
-
 }  // namespace dfa

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "dfa/v1/attention.pb.h"
-#include "worker/chunk_wire.h"
+#include "core/wire/chunk_wire.h"
 #include "worker/worker_session.h"
 
 namespace dfa {
@@ -32,7 +32,7 @@ int64_t TransitRowBytes(const WorkerSession& s, v1::TensorKind kind);
 // Does NOT check the CRC (the caller does, before).
 absl::Status WriteChunk(WorkerSession* s, const v1::TensorChunk& chunk);
 
-// WriteChunk for a chunk read straight off the wire (worker/chunk_wire.h): the same checks,
+// WriteChunk for a chunk read straight off the wire (core/wire/chunk_wire.h): the same checks,
 // and the data pieces are copied into the session's storage without an intermediate buffer.
 absl::Status WriteWireChunk(WorkerSession* s, const WireChunk& chunk);
 

@@ -21,7 +21,7 @@
 #include "worker/job_runner.h"
 #include "worker/registrar.h"
 #include "worker/session_registry.h"
-#include "worker/session_transport.h"
+#include "worker/transport/session_transport.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
 #ifdef DFA_HAVE_NCCL

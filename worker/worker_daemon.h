@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "kernels/status.h"
-#include "proto/tls/rpc_security.h"
+#include "core/status.h"
+#include "core/rpc_security.h"
 
 namespace dfa {
 

@@ -1,14 +1,19 @@
 // The Worker gRPC service (proto/dfa/v1/worker.proto): session control for the coordinator and
 // the client data plane (chunked upload/download with CRC32C, shared memory, synthetic inputs).
-// absl::Status inside; converted to grpc::Status only here, and every non-OK answer is counted
-// in dfa_grpc_errors_total{component="worker"}.
-// Threads: gRPC's sync server calls the handlers on its thread pool; all state is in the
-// thread-safe SessionRegistry and JobRunner. Nothing here owns them.
+// absl::Status inside; converted to grpc::Status by AnswerRpc (worker/rpc_outcome.h), which
+// counts every non-OK answer in dfa_grpc_errors_total{component="worker"}.
+// Upload and Download are callback methods on raw grpc::ByteBuffers (the generated
+// WithRawCallbackMethod_*; reactors in worker/data_plane_reactors.h); the other rpcs are
+// synchronous. Nothing depends on the order of the rpcs in the proto.
+// Threads: gRPC's sync server calls the synchronous handlers on its thread pool and runs the
+// reactors on its callback threads; all state is in the thread-safe SessionRegistry and
+// JobRunner. Nothing here owns them.
 #pragma once
 
 #include <atomic>
 
 #include "dfa/v1/worker.grpc.pb.h"
+#include "worker/data_plane_reactors.h"
 #include "worker/job_runner.h"
 #include "worker/memory_budget.h"
 #include "worker/session_registry.h"
@@ -16,11 +21,12 @@
 
 namespace dfa {
 
-class WorkerServiceImpl final : public v1::Worker::Service {
+// The generated service with Upload and Download replaced by their raw callback versions.
+using WorkerServiceBase = v1::Worker::WithRawCallbackMethod_Upload<
+    v1::Worker::WithRawCallbackMethod_Download<v1::Worker::Service>>;
+
+class WorkerServiceImpl final : public WorkerServiceBase {
  public:
-  // Upload and Download are served from raw grpc::ByteBuffers (worker/chunk_wire.h): chunk
-  // data goes from gRPC's receive buffers straight into session storage, and from storage
-  // into the slice gRPC sends, one copy each way. The wire format is the proto's.
   WorkerServiceImpl(SessionRegistry* sessions, JobRunner* jobs, MemoryBudget* budget,
                     WorkerMetrics* metrics);
 
@@ -37,13 +43,12 @@ class WorkerServiceImpl final : public v1::Worker::Service {
                          v1::CancelWorkerJobResponse* resp) override;
   grpc::Status CloseSession(grpc::ServerContext* ctx, const v1::CloseSessionRequest* req,
                             v1::CloseSessionResponse* resp) override;
-  // Upload (stream of UploadRequest) and Download (DownloadRequest -> stream of TensorChunk),
-  // on raw messages; registered in place of the generated handlers by the constructor.
-  grpc::Status RawUpload(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
-                         v1::UploadResponse* resp);
-  grpc::Status RawDownload(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<grpc::ByteBuffer, v1::DownloadRequest>* stream);
+  // Upload (stream of UploadRequest -> UploadResponse) and Download (DownloadRequest -> stream
+  // of TensorChunk), serialized messages in and out: worker/data_plane_reactors.h.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* ctx,
+                                                    grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::Status GenerateInputs(grpc::ServerContext* ctx, const v1::GenerateInputsRequest* req,
                               v1::GenerateInputsResponse* resp) override;
   grpc::Status SharedMemoryTransfer(grpc::ServerContext* ctx,
@@ -56,8 +61,6 @@ class WorkerServiceImpl final : public v1::Worker::Service {
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& st);
-  absl::Status DoUpload(grpc::ServerReader<grpc::ByteBuffer>* reader, v1::UploadResponse* resp);
-  absl::Status DoDownload(grpc::ServerReaderWriter<grpc::ByteBuffer, v1::DownloadRequest>* stream);
   absl::Status DoShm(const v1::SharedMemoryTransferRequest& req, int64_t* bytes);
 
   SessionRegistry* sessions_;

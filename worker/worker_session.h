@@ -17,16 +17,16 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/planner/plan.h"
+#include "core/planner/plan.h"
 #include "dfa/v1/worker.pb.h"
 #include "kernels/attention_backend.h"
 #include "worker/executor/session_storage.h"
-#include "worker/session_transport.h"
+#include "worker/transport/session_transport.h"
 #include "worker/shm_mappings.h"
 
 namespace dfa {
 
-class CudaIpcImporter;  // worker/gpu/cuda_ipc.h (built with CUDA only)
+class CudaIpcImporter;  // core/gpu/cuda_ipc.h (built with CUDA only)
 
 // Which (batch, local row) pairs of an input tensor have been written, so a job can refuse to
 // run on inputs that were never (fully) uploaded.

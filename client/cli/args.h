@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa::cli {
 

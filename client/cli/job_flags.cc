@@ -3,7 +3,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 namespace dfa::cli {
 

@@ -8,10 +8,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/planner/cost_model.h"
-#include "coordinator/planner/plan_checker.h"
-#include "coordinator/planner/plan_format.h"
-#include "coordinator/planner/planner.h"
+#include "core/planner/cost_model.h"
+#include "core/planner/plan_checker.h"
+#include "core/planner/plan_format.h"
+#include "core/planner/planner.h"
 
 namespace dfa {
 namespace {

@@ -24,9 +24,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/planner/cost_model.h"
-#include "coordinator/planner/plan_checker.h"
-#include "coordinator/planner/planner.h"
+#include "core/planner/cost_model.h"
+#include "core/planner/plan_checker.h"
+#include "core/planner/planner.h"
 
 namespace {
 

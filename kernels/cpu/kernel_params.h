@@ -70,7 +70,8 @@ extern const KernelTable kKernelsDefault;  // x86-64 baseline (SSE2)
 extern const KernelTable kKernelsAvx2;     // AVX2 + FMA (x86-64 builds only)
 extern const KernelTable kKernelsAvx512;   // AVX-512F (x86-64 builds only)
 
-// The widest table this CPU supports; env DFA_CPU_ISA=default|avx2|avx512 caps it (tests).
+// The widest table this CPU supports; DFA_CPU_ISA=default|avx2|avx512 in the environment caps it
+// (kernel_dispatch.cc).
 const KernelTable& SelectKernels();
 
 }  // namespace dfa::cpu

@@ -1,5 +1,6 @@
 // The CUDA AttentionBackend: validates arguments, turns them into the kernels' plain params,
-// and dispatches on (dtype, head dim). Kernels: flash_{fwd,bwd}_kernel.cuh, rowwise_ops.cu.
+// picks the kernel by the table of kernel_dispatch.h and dispatches on (dtype, head dim) to the
+// launchers of flash_launch.cuh; row-wise ops in rowwise_ops.cu, accumulate.cu.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -66,7 +67,8 @@ cuda::RowShape ShapeOf(const TensorView& t) { return {t.batch, t.rows, t.heads, 
 
 class CudaBackend final : public AttentionBackend {
  public:
-  explicit CudaBackend(int device) : device_(device) {}
+  CudaBackend(int device, const cuda::DeviceFacts& facts, const cuda::KernelChoice& choice)
+      : device_(device), facts_(facts), choice_(choice) {}
 
   std::string_view Name() const override { return "cuda"; }
 
@@ -106,11 +108,13 @@ class CudaBackend final : public AttentionBackend {
     p.out_f32 = a.out.dtype == DType::kF32;
     p.accumulate = a.accumulate;
     const bool bf16 = a.q.dtype == DType::kBF16;
+    const cuda::FwdKernel kernel = cuda::ChooseForward(choice_, facts_);
+    const cudaStream_t st = AsStream(a.stream);
     cudaError_t err;
     if (a.q.head_dim == 64) {
-      err = bf16 ? cuda::LaunchFwdBf16Hdim64(p, AsStream(a.stream)) : cuda::LaunchFwdF16Hdim64(p, AsStream(a.stream));
+      err = bf16 ? cuda::LaunchFwdBf16Hdim64(p, kernel, st) : cuda::LaunchFwdF16Hdim64(p, kernel, st);
     } else {
-      err = bf16 ? cuda::LaunchFwdBf16Hdim128(p, AsStream(a.stream)) : cuda::LaunchFwdF16Hdim128(p, AsStream(a.stream));
+      err = bf16 ? cuda::LaunchFwdBf16Hdim128(p, kernel, st) : cuda::LaunchFwdF16Hdim128(p, kernel, st);
     }
     CUDA_RETURN_IF_ERROR(err, "forward launch");
     return absl::OkStatus();
@@ -165,11 +169,14 @@ class CudaBackend final : public AttentionBackend {
     p.scale = a.scale;
     p.causal = a.mask == MaskKind::kCausal;
     const bool bf16 = a.q.dtype == DType::kBF16;
+    const cuda::BwdPlan plan =
+        cuda::ChooseBackward(choice_, facts_, p.causal, p.n, p.kv_heads, p.batch);
+    const cudaStream_t st = AsStream(a.stream);
     cudaError_t err;
     if (a.q.head_dim == 64) {
-      err = bf16 ? cuda::LaunchBwdBf16Hdim64(p, AsStream(a.stream)) : cuda::LaunchBwdF16Hdim64(p, AsStream(a.stream));
+      err = bf16 ? cuda::LaunchBwdBf16Hdim64(p, plan, st) : cuda::LaunchBwdF16Hdim64(p, plan, st);
     } else {
-      err = bf16 ? cuda::LaunchBwdBf16Hdim128(p, AsStream(a.stream)) : cuda::LaunchBwdF16Hdim128(p, AsStream(a.stream));
+      err = bf16 ? cuda::LaunchBwdBf16Hdim128(p, plan, st) : cuda::LaunchBwdF16Hdim128(p, plan, st);
     }
     CUDA_RETURN_IF_ERROR(err, "backward launch");
     return absl::OkStatus();
@@ -272,11 +279,14 @@ class CudaBackend final : public AttentionBackend {
   }
 
   int device_;
+  cuda::DeviceFacts facts_;
+  cuda::KernelChoice choice_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateCudaBackend(const BackendOptions& options) {
+absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateCudaBackend(const BackendOptions& options,
+                                                                    const cuda::KernelChoice& choice) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -294,7 +304,24 @@ absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateCudaBackend(const Backen
     return absl::UnavailableError(absl::StrCat("cuda backend: device ", options.device, " is sm_", prop.major,
                                                prop.minor, "; the kernels need sm_80 or newer"));
   }
-  return std::unique_ptr<AttentionBackend>(new CudaBackend(options.device));
+  cuda::DeviceFacts facts;
+  facts.sm90 = prop.major == 9 && prop.minor == 0;
+  facts.sms = prop.multiProcessorCount;
+  const bool hopper_fwd = choice.forward == cuda::FwdKernel::kSm90Tma ||
+                          choice.forward == cuda::FwdKernel::kSm90CpAsync;
+  const bool hopper_bwd = choice.backward == cuda::BwdKernel::kSm90Pipe ||
+                          choice.backward == cuda::BwdKernel::kSm90CpAsync;
+  if ((hopper_fwd || hopper_bwd) && !facts.sm90) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: kernel choice forward=", cuda::Name(choice.forward),
+        " backward=", cuda::Name(choice.backward), " needs a compute capability 9.0 GPU; device ",
+        options.device, " is sm_", prop.major, prop.minor));
+  }
+  if (choice.bwd_tile_chunk < -1 || choice.bwd_tile_chunk > 999) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: kernel choice bwd_tile_chunk must be in [-1, 999], got ", choice.bwd_tile_chunk));
+  }
+  return std::unique_ptr<AttentionBackend>(new CudaBackend(options.device, facts, choice));
 }
 
 }  // namespace dfa

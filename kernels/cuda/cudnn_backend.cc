@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -103,10 +102,12 @@ cudnn::SdpaProblem ProblemOf(bool backward, const TensorView& q, const TensorVie
 
 class CudnnBackend final : public CudnnAttentionBackend {
  public:
-  CudnnBackend(int device, bool hopper, std::unique_ptr<AttentionBackend> cuda,
-               std::unique_ptr<cudnn::SdpaGraphs> graphs, std::unique_ptr<ScratchAllocator> scratch)
+  CudnnBackend(int device, const cuda::DeviceFacts& facts, const cuda::KernelChoice& choice,
+               std::unique_ptr<AttentionBackend> cuda, std::unique_ptr<cudnn::SdpaGraphs> graphs,
+               std::unique_ptr<ScratchAllocator> scratch)
       : device_(device),
-        hopper_(hopper),
+        facts_(facts),
+        choice_(choice),
         cuda_(std::move(cuda)),
         graphs_(std::move(graphs)),
         scratch_(std::move(scratch)) {}
@@ -121,7 +122,8 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
   absl::Status Forward(const ForwardArgs& a) override {
     RETURN_IF_ERROR(ValidateForward(a));
-    if (OwnForward(a)) {  // our TMA warp-specialised forward (merges into fp32 partials in place)
+    // Our TMA warp-specialised forward where the table says so (merges into fp32 partials in place).
+    if (cuda::CudnnRunsOwnForward(choice_, facts_, a.q.head_dim)) {
       RETURN_IF_ERROR(cuda_->Forward(a));
       ++counters_.own_forward;
       return absl::OkStatus();
@@ -153,7 +155,8 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
   absl::Status Backward(const BackwardArgs& a) override {
     RETURN_IF_ERROR(ValidateBackward(a));
-    if (OwnBackward(a)) {  // our pipe backward (fp32 += into dQ, dK, dV directly, no glue)
+    // Our pipe backward where the table says so (fp32 += into dQ, dK, dV directly, no glue).
+    if (cuda::CudnnRunsOwnBackward(choice_, facts_, a.q.head_dim)) {
       RETURN_IF_ERROR(cuda_->Backward(a));
       ++counters_.own_backward;
       return absl::OkStatus();
@@ -297,26 +300,6 @@ class CudnnBackend final : public CudnnAttentionBackend {
     return absl::OkStatus();
   }
 
-  // Forward units go to our kernels where they are measured faster than cuDNN's: Hopper (sm 9.0,
-  // our wgmma kernels) at head dim 128 (H200, bf16, 32 heads, TFLOP/s, same rounds, session 13:
-  // 4K causal 569 vs 525, 4K full 693 vs 654, 16K causal 729 vs 654, 16K full 691 vs 686, 64K
-  // 664 vs 608 / 615; docs/kernels-cuda.md eleventh pass). Head dim 64 stays on cuDNN (ours is
-  // behind it at 4K). DFA_CUDNN_OWN_FORWARD=1 / =0 forces ours / cuDNN's for every unit.
-  bool OwnForward(const ForwardArgs& a) const {
-    if (own_forward_forced_ >= 0) return own_forward_forced_ == 1;
-    return hopper_ && a.q.head_dim == 128;
-  }
-
-  // Backward units likewise: at head dim 128 on Hopper ours beat this backend's cuDNN path
-  // through this interface (cuDNN writes 16-bit gradients that the += into fp32 then re-reads:
-  // dfa_cudnn_bench, H200, same call, session 13: 16K causal 543.7 vs 533.0, 16K full 556.7 vs
-  // 536.2, 64K causal 551.8 vs 533.9, 64K full 557.0 vs 542.5 TFLOP/s). DFA_CUDNN_OWN_BACKWARD=1 /
-  // =0 forces ours / cuDNN's for every unit.
-  bool OwnBackward(const BackwardArgs& a) const {
-    if (own_backward_forced_ >= 0) return own_backward_forced_ == 1;
-    return hopper_ && a.q.head_dim == 128;
-  }
-
   absl::Status FallbackForward(const ForwardArgs& a, std::string why) {
     ++counters_.fallback_forward;
     counters_.last_fallback_reason = std::move(why);
@@ -346,7 +329,8 @@ class CudnnBackend final : public CudnnAttentionBackend {
   }
 
   int device_;
-  bool hopper_;  // compute capability 9.0: our wgmma kernels run
+  cuda::DeviceFacts facts_;
+  cuda::KernelChoice choice_;
   std::unique_ptr<AttentionBackend> cuda_;
   std::unique_ptr<cudnn::SdpaGraphs> graphs_;
   std::unique_ptr<ScratchAllocator> scratch_;  // before the buffers: they release into it
@@ -356,38 +340,28 @@ class CudnnBackend final : public CudnnAttentionBackend {
   cudaEvent_t last_use_ = nullptr;
   cudaStream_t last_stream_ = nullptr;
   CudnnBackendCounters counters_;
-  // DFA_CUDNN_OWN_FORWARD=1 / =0: every forward unit on our kernels / on cuDNN; unset (-1): the
-  // per-shape choice of OwnForward().
-  int own_forward_forced_ = [] {
-    const char* env = std::getenv("DFA_CUDNN_OWN_FORWARD");
-    if (env == nullptr || env[0] == '\0') return -1;
-    return env[0] == '1' ? 1 : 0;
-  }();
-  int own_backward_forced_ = [] {  // DFA_CUDNN_OWN_BACKWARD, as own_forward_forced_
-    const char* env = std::getenv("DFA_CUDNN_OWN_BACKWARD");
-    if (env == nullptr || env[0] == '\0') return -1;
-    return env[0] == '1' ? 1 : 0;
-  }();
-  bool out_from_delta_ = [] {  // on unless DFA_CUDNN_OUT_FROM_DELTA=0
-    const char* env = std::getenv("DFA_CUDNN_OUT_FROM_DELTA");
-    return env == nullptr || env[0] != '0';
-  }();
+  bool out_from_delta_ = true;  // SetOutFromDelta
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudnnAttentionBackend>> CreateCudnnBackend(const BackendOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<AttentionBackend> cuda, CreateCudaBackend(options));
+absl::StatusOr<std::unique_ptr<CudnnAttentionBackend>> CreateCudnnBackend(
+    const BackendOptions& options, const cuda::KernelChoice& choice) {
+  ASSIGN_OR_RETURN(std::unique_ptr<AttentionBackend> cuda, CreateCudaBackend(options, choice));
   auto scratch = std::make_unique<ScratchAllocator>(options.scratch);
   ASSIGN_OR_RETURN(std::unique_ptr<cudnn::SdpaGraphs> graphs,
                    cudnn::SdpaGraphs::Create(options.device, scratch.get()));
-  int major = 0, minor = 0;
+  int major = 0, minor = 0, sms = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options.device) != cudaSuccess) {
     return absl::InternalError("cudnn backend: cannot read the device's compute capability");
   }
+  cuda::DeviceFacts facts;
+  facts.sm90 = major == 9 && minor == 0;
+  facts.sms = sms;
   return std::unique_ptr<CudnnAttentionBackend>(new CudnnBackend(
-      options.device, major == 9 && minor == 0, std::move(cuda), std::move(graphs), std::move(scratch)));
+      options.device, facts, choice, std::move(cuda), std::move(graphs), std::move(scratch)));
 }
 
 }  // namespace dfa

@@ -3,8 +3,9 @@
 // (kernels/cuda/cuda_backend.h) for everything cuDNN cannot do here.
 //
 // Per call: Forward and Backward units at head dim 128 on Hopper (sm 9.0) go to our kernels
-// (measured faster there, through this interface; DFA_CUDNN_OWN_FORWARD / DFA_CUDNN_OWN_BACKWARD
-// = 1 / 0 force ours / cuDNN's for every unit), counted as own_forward / own_backward. Otherwise Forward and Backward go to cuDNN when it can run the unit (bf16/f16;
+// (faster there through this interface: the "cudnn" rows of the table in kernel_dispatch.h;
+// KernelChoice::cudnn_forward / cudnn_backward override it), counted as own_forward /
+// own_backward. Otherwise Forward and Backward go to cuDNN when it can run the unit (bf16/f16;
 // head_dim a multiple of 8 up to 256; 16-byte aligned data, strides multiples of 8 elements; for
 // Backward also BackwardArgs::out, the final O, since cuDNN forms D = rowsum(dO * O) itself) and cuDNN
 // has an engine for it (decided once per shape, when its graph is built); otherwise to our CUDA
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "kernels/attention_backend.h"
+#include "kernels/cuda/kernel_dispatch.h"
 
 namespace dfa {
 
@@ -41,13 +43,15 @@ class CudnnAttentionBackend : public AttentionBackend {
   // Backward without BackwardArgs::out (helpers hold dO, LSE and D but not O): false runs such
   // units on our CUDA kernels; true runs them on cuDNN with a stand-in O built from `delta`
   // (LaunchOutFromDelta in cudnn_rowops.h; as precise as a bf16-rounded real O). Default: true
-  // (verified on the H200: cudnn_backend_test, and service jobs against PyTorch); false when the
-  // environment variable DFA_CUDNN_OUT_FROM_DELTA=0.
+  // (checked by cudnn_backend_test on the H200).
   virtual void SetOutFromDelta(bool enabled) = 0;
 };
 
 // UNAVAILABLE when there is no usable GPU or libcudnn (9.x) cannot be loaded
-// ($DFA_CUDNN_LIBRARY, else libcudnn.so.9 on the loader's path).
-absl::StatusOr<std::unique_ptr<CudnnAttentionBackend>> CreateCudnnBackend(const BackendOptions& options);
+// ($DFA_CUDNN_LIBRARY, else libcudnn.so.9 on the loader's path). `choice` overrides the table of
+// kernel_dispatch.h, for our kernels and for the own-kernel-or-cuDNN choice (benchmarks, tests);
+// INVALID_ARGUMENT as CreateCudaBackend.
+absl::StatusOr<std::unique_ptr<CudnnAttentionBackend>> CreateCudnnBackend(
+    const BackendOptions& options, const cuda::KernelChoice& choice = {});
 
 }  // namespace dfa

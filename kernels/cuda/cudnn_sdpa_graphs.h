@@ -17,7 +17,7 @@
 #include <string>
 
 #include "kernels/attention_backend.h"
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa::cudnn {
 

@@ -1,4 +1,5 @@
-// FlashAttention-2 style backward unit (mma.sync m16n8k16, sm_80 and sm_90).
+// FlashAttention-2 style backward unit (mma.sync m16n8k16, sm_80 and sm_90): the backward on GPUs
+// other than Hopper (kernel_dispatch.h).
 //
 // One CTA owns kBlockN key/value rows of one (batch, kv head) and walks every query head of its
 // GQA group and every query block that can see those keys, so dK and dV are summed over the

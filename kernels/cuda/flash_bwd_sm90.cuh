@@ -1,6 +1,7 @@
 // Hopper backward unit: the algorithm of flash_bwd_kernel.cuh on warpgroup MMA (wgmma, sm_90a).
 // Same contract as the mma.sync kernel (BwdParams; ComputeDelta has run; dq, dk, dv are fp32
-// and receive +=).
+// and receive +=). Runs on Hopper where TMA cannot describe q, k, v, dout or dq (the table of
+// kernel_dispatch.h; the default is the pipe kernel of flash_bwd_sm90_pipe.cuh).
 //
 // CTA = 2 warpgroups (256 threads) owning kBlockN = 128 key rows of one (batch, kv head), 64
 // per warpgroup; it walks every query head of the GQA group and every visible 64-row query
@@ -268,7 +269,8 @@ __global__ void __launch_bounds__(256, 1) FlashBwdSm90Kernel(const BwdParams p) 
   }
 
   // dK, dV += (this CTA owns these rows exclusively); loads batched (flash_bwd_sm90_epilogue.cuh).
-  AddDkDvRows<kD>(p, acc_dk, acc_dv, hk, b, n_begin, n_valid, key_base, t, kBwdEpilogueBatched);
+  AddDkDvRows<kD, BwdEpilogue::kBatched>(p, acc_dk, acc_dv, hk, b, n_begin, n_valid, key_base,
+                                         t);
 #else
   __trap();  // only the sm_90a build carries this kernel; the launcher never picks it elsewhere
 #endif

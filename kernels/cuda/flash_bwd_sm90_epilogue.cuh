@@ -1,8 +1,8 @@
-// The dK, dV epilogue shared by the Hopper backward kernels (flash_bwd_sm90.cuh,
-// flash_bwd_sm90_ws.cuh, flash_bwd_sm90_pipe.cuh): a consumer thread adds its two key rows of the
-// CTA's dK (times the scale) and dV accumulators (wgmma m64 x kD layout: accumulator 4 * dt + 2 *
-// hf + {0, 1} = row key_base + 8 * hf, columns dt * 8 + 2t + {0, 1}) to the fp32 dk, dv. The
-// CTA owns these rows exclusively; every variant does one fp32 add per element.
+// The dK, dV epilogue of the Hopper backward kernels (flash_bwd_sm90.cuh,
+// flash_bwd_sm90_pipe.cuh): a consumer thread adds its two key rows of the CTA's dK (times the
+// scale) and dV accumulators (wgmma m64 x kD layout: accumulator 4 * dt + 2 * hf + {0, 1} = row
+// key_base + 8 * hf, columns dt * 8 + 2t + {0, 1}) to the fp32 dk, dv. The CTA owns these rows
+// exclusively; either way does one fp32 add per element.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,17 +11,22 @@
 
 namespace dfa::cuda {
 
-// How the tile is added: kBwdEpiloguePerPair loads, adds and stores per column pair (the stores
-// may alias the next loads, so each load waits for the one before: 2 x kD / 8 dependent global
-// round trips per thread, ~20 us per CTA on the H200 at head dim 128); kBwdEpilogueBatched issues
-// every load of a row first (one round trip per row); kBwdEpilogueReduce adds with float2
-// reductions (red.global.add.v2.f32, flushes fp32 denormals; nothing is waited for).
-constexpr int kBwdEpiloguePerPair = 0, kBwdEpilogueBatched = 1, kBwdEpilogueReduce = 2;
+// How the tile is added: kBatched issues every load of a row first, then the adds and stores
+// (one global round trip per row; the cp.async kernel); kReduce adds with float2 reductions
+// (red.global.add.v2.f32, flushes fp32 denormals; nothing is waited for; the pipe kernel).
+enum class BwdEpilogue { kBatched, kReduce };
 
-template <int kD>
+// float2 atomicAdd (red.global.add.v2.f32) exists from sm_90 on; kReduce adds as kBatched before.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool kBwdHasVectorReduce = true;
+#else
+constexpr bool kBwdHasVectorReduce = false;
+#endif
+
+template <int kD, BwdEpilogue kHow>
 __device__ __forceinline__ void AddDkDvRows(const BwdParams& p, const float* acc_dk,
                                             const float* acc_dv, int hk, int b, int64_t n_begin,
-                                            int n_valid, int key_base, int t, int variant) {
+                                            int n_valid, int key_base, int t) {
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int nl = key_base + hf * 8;
@@ -30,8 +35,7 @@ __device__ __forceinline__ void AddDkDvRows(const BwdParams& p, const float* acc
         p.dk + b * p.dk_batch_stride + (n_begin + nl) * p.dk_row_stride + int64_t{hk} * kD + 2 * t;
     float* dv =
         p.dv + b * p.dv_batch_stride + (n_begin + nl) * p.dv_row_stride + int64_t{hk} * kD + 2 * t;
-    if (variant == kBwdEpilogueReduce) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kHow == BwdEpilogue::kReduce && kBwdHasVectorReduce) {
 #pragma unroll
       for (int dt = 0; dt < kD / 8; ++dt) {
         atomicAdd(
@@ -40,10 +44,7 @@ __device__ __forceinline__ void AddDkDvRows(const BwdParams& p, const float* acc
         atomicAdd(reinterpret_cast<float2*>(dv + dt * 8),
                   make_float2(acc_dv[4 * dt + 2 * hf], acc_dv[4 * dt + 2 * hf + 1]));
       }
-      continue;
-#endif
-    }
-    if (variant == kBwdEpilogueBatched || variant == kBwdEpilogueReduce) {
+    } else {
       float2 k2[kD / 8], v2[kD / 8];
 #pragma unroll
       for (int dt = 0; dt < kD / 8; ++dt) {
@@ -59,18 +60,6 @@ __device__ __forceinline__ void AddDkDvRows(const BwdParams& p, const float* acc
         *reinterpret_cast<float2*>(dk + dt * 8) = k2[dt];
         *reinterpret_cast<float2*>(dv + dt * 8) = v2[dt];
       }
-      continue;
-    }
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
-      float2 k2 = *reinterpret_cast<float2*>(dk + dt * 8);
-      float2 v2 = *reinterpret_cast<float2*>(dv + dt * 8);
-      k2.x += acc_dk[4 * dt + 2 * hf] * p.scale;
-      k2.y += acc_dk[4 * dt + 2 * hf + 1] * p.scale;
-      v2.x += acc_dv[4 * dt + 2 * hf];
-      v2.y += acc_dv[4 * dt + 2 * hf + 1];
-      *reinterpret_cast<float2*>(dk + dt * 8) = k2;
-      *reinterpret_cast<float2*>(dv + dt * 8) = v2;
     }
   }
 }

@@ -1,62 +1,61 @@
-// Hopper backward unit, warp-specialised with dQ writer warps ("pipe" kernel, sm_90a). Same
-// contract and math as flash_bwd_sm90.cuh (BwdParams; ComputeDelta has run; dq, dk, dv are fp32
-// and receive +=). Chosen by the launchers of flash_bwd_*.cu (Sm90BwdPipeMode, sm90_dispatch.h)
-// where TMA can describe q, k, v, dout and dq (fp32 dq rows: 16-byte aligned, strides multiples
-// of 4 elements), else the atomic-dQ kernel of flash_bwd_sm90_ws.cuh runs.
+// Hopper backward unit, warp-specialised with dQ writer warps ("pipe" kernel, sm_90a): the
+// default backward on Hopper (kernel_dispatch.h). Same contract and math as flash_bwd_sm90.cuh
+// (BwdParams; ComputeDelta has run; dq, dk, dv are fp32 and receive +=). Runs where TMA can
+// describe q, k, v, dout and dq (fp32 dq rows: 16-byte aligned, strides multiples of 4
+// elements); elsewhere the launcher answers cudaErrorNotSupported and the cp.async kernel runs.
 //
-// Differences from FlashBwdSm90WsKernel (same tiles: CTA = producer warpgroup + 2 consumer
-// warpgroups owning 64 of the 128 key rows each, 64-row query blocks, TMA Q / dO ring, K / V
-// loaded once):
-// - The consumers never add dQ to global memory. Each consumer warpgroup writes its dQ tile
-//   times the scale to its own shared staging buffer (fp32, 64 rows x 32-column panels with
-//   128-byte swizzle) and arrives on dq_full[wg]; producer warp 1 + wg adds the tile to dq with
-//   TMA tensor reduce-adds (cp.reduce.async.bulk.tensor, one per panel; rows past m skipped by
-//   the copy engine) and releases the buffer (dq_empty[wg]) once the engine has read it.
-// - kIndep = false (kSplit: head dim 128 only): as the atomic kernel, dQ's column halves are split
-//   between the warpgroups over all 128 keys, so both warpgroups' dS^T must be in shared memory
-//   first (one 256-thread named barrier per item, dS^T double buffered).
-//   kIndep = true: each warpgroup computes the dQ partial of its own 64 keys over all kD columns
-//   (head dim 128: two 64-column GEMMs in a row) from its own dS^T rows, so the warpgroups never
-//   wait for each other (a 128-thread barrier per item); dQ is reduced twice as often.
-//   kDefer (modes 4 and 5; mode 4 is the default of both head dims): the column split, but
-//   each item's dQ is issued in the next item (after that item's dS^T), so a warpgroup never
+// CTA = 3 warpgroups (384 threads) owning kBlockN = 128 key rows of one (batch, kv head):
+// - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24). Its warp 0
+//   loads K and V once (TMA, one "kv" mbarrier), then walks the items (every query head of the
+//   GQA group x every visible 64-row query block) into a ring of kStages stages: lane 0 issues
+//   the Q and dO tiles as TMA bulk tensor copies (128B swizzle = SW128), the 32 lanes write the
+//   block's LSE * log2 e and Delta (rows past m / rows that see no key: LSE = +inf so P = 0) to
+//   shared memory. A stage's "full" mbarrier expects 1 + 32 arrivals plus the TMA bytes; its
+//   "empty" one 8 arrivals (lane 0 of every consumer warp, after its last wgmma read the stage).
+//   Warps 1 and 2 are the dQ writers (below).
+// - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240), own 64 key rows each. Per item:
+//   S^T = K Q^T and dP^T = V dO^T (m64n64), P^T and dS^T in registers, dV += P^T dO and
+//   dK += dS^T Q (A from registers), dS^T to shared memory, dQ = dS K. At head dim 64, K and V of
+//   the warpgroup's 64 keys stay in registers (ldmatrix once) as the A operand of S^T / dP^T.
+// - dQ: the columns are split between the two warpgroups over all 128 keys (head dim 64: 32
+//   columns each, m64n32 wgmmas on K read MN-major from the middle of its 128-byte swizzle rows),
+//   and each item's dQ is issued in the next item (after that item's dS^T), so a warpgroup never
 //   waits for the other one's dS^T of the same item: dS^T triple buffered, mbarriers ds_full /
-//   ds_empty per buffer (one arrival per consumer warp). Head dim 64: each warpgroup's half is
-//   32 columns (m64n32 wgmmas on K read MN-major from the middle of its 128-byte swizzle rows),
-//   staged as one 8 KB panel per item: half kIndep's reduce traffic; and K, V of the
-//   warpgroup's 64 keys stay in registers (ldmatrix once) as the A operand of S^T / dP^T.
-//   `sched.start` (kIndep, kDefer): 1 = warpgroup 1 starts once warpgroup 0 has computed its
-//   first P^T, 2 = once warpgroup 0 has written its first dS^T, so their softmax phases fall on
-//   each other's GEMMs; 0 = both start together.
-// - Tile order (`sched.chunk`, causal only): the CTA of linear block id L runs the tile
+//   ds_empty per buffer (one arrival per consumer warp). The consumers never add dQ to global
+//   memory: each writes its dQ tile times the scale to its own shared staging buffer (fp32,
+//   64 rows x 32-column panels with 128-byte swizzle) and arrives on dq_full[wg]; producer warp
+//   1 + wg adds the tile to dq with TMA tensor reduce-adds (cp.reduce.async.bulk.tensor, one per
+//   panel; rows past m skipped by the copy engine) and releases the buffer (dq_empty[wg]) once
+//   the engine has read it.
+// - Warpgroup 1 starts once warpgroup 0 has computed its first P^T, so the softmax phases of the
+//   two fall on each other's GEMMs.
+// - Tile order (`tile_chunk`, causal only): the CTA of linear block id L runs the tile
 //   (key block, kv head x batch) at position L of a longest-first list: the kv heads (x batch)
-//   in chunks of `chunk`, inside a chunk key block 0 of every head first, then key block 1, ...
-//   (a causal CTA's work falls with its key block), so the last wave holds the short tiles; the
-//   hardware dispatches CTAs in linear block order. 0 = grid order (key blocks fastest). Chunks
-//   rather than one global list keep the Q / dO / dq rows of a few heads hot in L2 (H200, 16K
-//   causal: one list of 32 heads 12% slower than grid order). Default (Sm90BwdOrderChunk): chunks
-//   of 4 for grids under 16 waves (4K causal: +6%), grid order above (16K: its tail is short).
-// - Epilogue (`sched.epilogue`): dK, dV are added to global memory by float2 reductions (2,
-//   default: nothing waited for), by load-add-store with all loads of a row pair issued first (1),
-//   or per column pair (0: 32 dependent global round trips per thread at head dim 128, ~20 us
-//   per CTA).
-// - Per item the GEMMs are issued as S^T, dP^T | dV | (barrier) dQ, dK: the consumer waits for
-//   dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's order).
-// Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool).
+//   in chunks of `tile_chunk`, inside a chunk key block 0 of every head first, then key block 1,
+//   ... (a causal CTA's work falls with its key block), so the last wave holds the short tiles;
+//   the hardware dispatches CTAs in linear block order. 0 = grid order (key blocks fastest).
+//   Chunks rather than one global list keep the Q / dO / dq rows of a few heads hot in L2. The
+//   table (kernel_dispatch.h) picks the order per grid size.
+// - Epilogue: dK, dV are added to global memory by float2 reductions (nothing waited for).
+// - Per item the GEMMs are issued as S^T, dP^T | dV | dQ (previous item), dK: the consumer waits
+//   for dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's
+//   order).
+// Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool:
+// setmaxnreg moves registers inside the CTA's own allocation, so the consumers' increase must be
+// covered by what the producer gives back, else setmaxnreg.inc blocks forever).
 #pragma once
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 
 #include "kernels/cuda/bwd_tile_order.h"
 #include "kernels/cuda/flash_bwd_sm90_epilogue.cuh"
-#include "kernels/cuda/flash_bwd_sm90_ws.cuh"  // kBwdDsBarrier, EncodeRowTensorMap
 #include "kernels/cuda/flash_params.h"
+#include "kernels/cuda/kernel_dispatch.h"
 #include "kernels/cuda/sm90_common.cuh"
-#include "kernels/cuda/sm90_dispatch.h"
+#include "kernels/cuda/sm90_tensor_maps.cuh"
 #include "kernels/cuda/sm90_tma.cuh"
 
 namespace dfa::cuda {
@@ -66,54 +65,37 @@ struct BwdPipeMaps {
   CUtensorMap q, k, v, dout, dq;
 };
 
-// Run-time scheduling switches of one pipe backward launch (see the file comment).
-struct BwdPipeSched {
-  int start = 0;     // 0 together, 1 warpgroup 1 after warpgroup 0's first P^T, 2 after its dS^T
-  int chunk = 0;     // causal tile order: 0 grid order, else longest-first in chunks of kv heads
-  int epilogue = 0;  // dK, dV +=: 0 load-add-store per pair, 1 loads batched, 2 float2 reductions
-};
-
-// How the two consumer warpgroups share dQ (see the file comment): kSplit (mode 1), kIndep
-// (modes 2, 3), kDefer (mode 4).
-enum class BwdPipeVariant { kSplit, kIndep, kDefer };
-
-template <int kD, BwdPipeVariant kVariant>
+template <int kD>
 struct BwdPipeTraits {
-  static constexpr bool kIndep = kVariant == BwdPipeVariant::kIndep;
-  static constexpr bool kDefer = kVariant == BwdPipeVariant::kDefer;
-  static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2, kThreads = 384;
+  static constexpr int kBlockN = kSm90PipeKeyBlock, kBlockM = 64, kStages = 2, kThreads = 384;
   static constexpr int kKVElems = kBlockN * kD;
   static constexpr int kQElems = kBlockM * kD;
   static constexpr int kDsElems = kBlockN * kBlockM;
-  static constexpr int kDsBuffers = kIndep ? 1 : (kDefer ? 3 : 2);
-  // dQ staging per consumer warpgroup: kDqCols fp32 columns as panels of 64 rows x 32 columns
-  // (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8): the TMA box with 128B swizzle).
-  // kDqN: the N of one dQ GEMM (kIndep: 64-column panels of its own keys' partial; else this
-  // warpgroup's half of the columns).
-  static constexpr int kDqCols = kIndep ? kD : kD / 2;
-  static constexpr int kDqN = kIndep ? 64 : kD / 2;
+  static constexpr int kDsBuffers = 3;
+  // dQ staging per consumer warpgroup: kDqCols fp32 columns (this warpgroup's half) as panels of
+  // 64 rows x 32 columns (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8): the TMA box
+  // with 128B swizzle). kDqN: the N of one dQ GEMM.
+  static constexpr int kDqCols = kD / 2;
+  static constexpr int kDqN = kD / 2;
   static constexpr int kDqPanels = kDqCols / 32;
   static constexpr int kDqWgFloats = kBlockM * kDqCols;
   // Layout (bytes from the 1024-aligned base): K, V, Q[kStages], dO[kStages], dS^T[kDsBuffers],
   // LSE[kStages][64], Delta[kStages][64] (1 KB), dQ staging [2], mbarriers (kv, full[kStages],
-  // empty[kStages], dq_full[2], dq_empty[2]; kDefer: ds_full[3], ds_empty[3]).
+  // empty[kStages], dq_full[2], dq_empty[2], ds_full[3], ds_empty[3]).
   static constexpr int kStatOffset =
       (2 * kKVElems + 2 * kStages * kQElems + kDsBuffers * kDsElems) * 2;
   static constexpr int kDqOffset = kStatOffset + 2 * kStages * kBlockM * 4;
   static constexpr int kBarOffset = kDqOffset + 2 * kDqWgFloats * 4;
-  static constexpr int kSmemBytes =
-      kBarOffset + 8 * (5 + 2 * kStages + (kDefer ? 6 : 0)) + 1024;  // + alignment
+  static constexpr int kSmemBytes = kBarOffset + 8 * (5 + 2 * kStages + 6) + 1024;  // + alignment
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   static_assert(kDqOffset % 1024 == 0, "swizzled staging panels need 1024-byte alignment");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
   static_assert(kD == 64 || kD == 128, "head dims 64 and 128");
-  static_assert(kIndep || kDefer || kD == 128, "the undeferred column split needs head dim 128");
 };
 
-// Named barriers of the pipe kernel (1 = kBwdDsBarrier, both consumers, column split):
-// 2 + wg: one consumer warpgroup's dS^T written (kIndep); 4: warpgroup 1's start (sched.start).
-constexpr int kBwdPipeOwnDsBarrier = 2, kBwdPipeStartBarrier = 4;
+// Named barrier of the pipe kernel: warpgroup 1's start (after warpgroup 0's first P^T).
+constexpr int kBwdPipeStartBarrier = 4;
 
 // Byte offset of fp32 element (row, col) in a staging buffer of 32-column swizzled panels.
 __device__ inline int DqStageOffset(int row, int col) {
@@ -121,17 +103,16 @@ __device__ inline int DqStageOffset(int row, int col) {
          (col & 3) * 4;
 }
 
-template <typename T, int kD, BwdPipeVariant kVariant>
+template <typename T, int kD>
 __global__ void __launch_bounds__(384, 1)
     FlashBwdSm90PipeKernel(const __grid_constant__ BwdParams p,
-                           const __grid_constant__ BwdPipeMaps maps, BwdPipeSched sched) {
+                           const __grid_constant__ BwdPipeMaps maps, int tile_chunk) {
 #ifdef DFA_WGMMA
   using Tr = ElemTraits<T>;
-  using Cfg = BwdPipeTraits<kD, kVariant>;
-  constexpr bool kIndep = Cfg::kIndep, kDefer = Cfg::kDefer;
-  // kDefer at head dim 64: K and V of this warpgroup's keys held in registers as the A operand
-  // of S^T / dP^T (RS wgmmas: half their shared-memory operand reads; 32 registers).
-  constexpr bool kRegKV = kDefer && kD == 64;
+  using Cfg = BwdPipeTraits<kD>;
+  // Head dim 64: K and V of this warpgroup's keys held in registers as the A operand of S^T /
+  // dP^T (RS wgmmas: half their shared-memory operand reads; 32 registers).
+  constexpr bool kRegKV = kD == 64;
   constexpr int kBlockN = Cfg::kBlockN, kBlockM = Cfg::kBlockM, kStages = Cfg::kStages;
   constexpr int kPanels = kD / 64;
   constexpr int kNS = kBlockM / 2;  // S^T / dP^T accumulator floats per thread (m64 n64)
@@ -151,14 +132,14 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* empty = full + kStages;
   uint64_t* dq_full = empty + kStages;  // [2]
   uint64_t* dq_empty = dq_full + 2;     // [2]
-  uint64_t* ds_full = dq_empty + 2;     // [3] (kDefer): both warpgroups' dS^T of an item written
-  uint64_t* ds_empty = ds_full + 3;     // [3] (kDefer): both warpgroups' dQ of an item read it
+  uint64_t* ds_full = dq_empty + 2;     // [3]: both warpgroups' dS^T of an item written
+  uint64_t* ds_empty = ds_full + 3;     // [3]: both warpgroups' dQ of an item read it
 
   int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  if (p.causal && sched.chunk > 0) {  // longest-first order (file comment, bwd_tile_order.h)
+  if (p.causal && tile_chunk > 0) {  // longest-first order (file comment, bwd_tile_order.h)
     const BwdTile tile =
         LongestFirstTile(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
-                         gridDim.y * gridDim.z, sched.chunk);
+                         gridDim.y * gridDim.z, tile_chunk);
     nb = tile.key_block;
     hk = tile.head_batch % gridDim.y;
     b = tile.head_batch / gridDim.y;
@@ -193,12 +174,10 @@ __global__ void __launch_bounds__(384, 1)
       MbarInit(dq_full + w, 128);
       MbarInit(dq_empty + w, 1);
     }
-    if (kDefer) {
 #pragma unroll
-      for (int i = 0; i < 3; ++i) {
-        MbarInit(ds_full + i, 8);  // one arrival per consumer warp (lane 0, after __syncwarp)
-        MbarInit(ds_empty + i, 8);
-      }
+    for (int i = 0; i < 3; ++i) {
+      MbarInit(ds_full + i, 8);  // one arrival per consumer warp (lane 0, after __syncwarp)
+      MbarInit(ds_empty + i, 8);
     }
     FenceMbarInit();
   }
@@ -251,7 +230,7 @@ __global__ void __launch_bounds__(384, 1)
     } else if (warp <= 2) {  // dQ writer of consumer warpgroup w: staged tile -> dq (TMA add)
       const int w = warp - 1;
       const char* src = s_dq + w * Cfg::kDqWgFloats * 4;
-      const int col0 = kIndep ? 0 : w * Cfg::kDqCols;
+      const int col0 = w * Cfg::kDqCols;
       for (int it = 0; it < items; ++it) {
         MbarWait(dq_full + w, it & 1);
         if (lane == 0) {
@@ -280,8 +259,7 @@ __global__ void __launch_bounds__(384, 1)
   const float scale_log2 = p.scale * kLog2e;
   char* s_dq_wg = s_dq + cw * Cfg::kDqWgFloats * 4;
 
-  // dQ accumulator (64 rows x kDqN columns) times the scale into columns [col0, col0 + kDqN) of
-  // this warpgroup's staging buffer.
+  // dQ accumulator (64 rows x kDqN columns) times the scale into this warpgroup's staging buffer.
   // Threads of odd g store column group j ^ 2 where the others store j: with the panels' 128-byte
   // swizzle, rows g and g ^ 1 would otherwise hit the same 8 banks in each half-warp (2-way
   // conflict on every STS.64; measured with ncu, 2x the ideal wavefronts).
@@ -291,7 +269,7 @@ __global__ void __launch_bounds__(384, 1)
   // One register holds all of them: group j's offset is stage_base ^ (j << 5) (the swizzle XOR
   // only touches bits 4-6, the row sits above them), and bit 7 is g's parity (row = 16 warp + g).
   const int stage_base = DqStageOffset(qrow_base, ((g & 1) ? 2 : 0) * 8 + 2 * t);
-  auto stage_dq = [&](const float* acc_dq, int col0) {
+  auto stage_dq = [&](const float* acc_dq) {
     const bool odd_g = (stage_base & 128) != 0;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -300,7 +278,7 @@ __global__ void __launch_bounds__(384, 1)
         const float v0 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf] : acc_dq[4 * j + 2 * hf];
         const float v1 = odd_g ? acc_dq[4 * (j ^ 2) + 2 * hf + 1] : acc_dq[4 * j + 2 * hf + 1];
         *reinterpret_cast<float2*>(s_dq_wg + (stage_base ^ ((j & 3) << 5)) +
-                                   ((col0 >> 5) + (j >> 2)) * 64 * 128 + hf * 8 * 128) =
+                                   (j >> 2) * 64 * 128 + hf * 8 * 128) =
             make_float2(v0 * p.scale, v1 * p.scale);
       }
     }
@@ -315,7 +293,7 @@ __global__ void __launch_bounds__(384, 1)
   for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
 
   // wgmma descriptors: a base per operand tile, k-steps added with DescPlus (one add per wgmma
-  // instead of MakeSmemDesc's masks and shifts: ~11 instructions per wgmma in the SASS before).
+  // instead of MakeSmemDesc's masks and shifts, ~11 instructions per wgmma).
   const uint64_t desc_k = MakeSmemDesc(s_k + cw * 64 * 64, 16, 1024);  // K-major, own 64 keys
   const uint64_t desc_v = MakeSmemDesc(s_v + cw * 64 * 64, 16, 1024);
   const uint64_t desc_k_mn = MakeSmemDesc(s_k, kBlockN * 64 * 2, 1024);  // MN-major (dQ's B)
@@ -323,7 +301,7 @@ __global__ void __launch_bounds__(384, 1)
   // 64's second 32-column half starts 64 bytes into the swizzled rows).
   auto k_col_off = [](int col) { return (col >> 6) * kBlockN * 64 + (col & 63); };
 
-  if ((kIndep || kDefer) && cw == 1 && sched.start) NamedBarrierSync(kBwdPipeStartBarrier, 256);
+  if (cw == 1) NamedBarrierSync(kBwdPipeStartBarrier, 256);
   MbarWait(kv_full, 0);
   // kRegKV: A fragments of K and V (this warp's 16 keys, k-step kk) by ldmatrix; the ldmatrix
   // lane layout is stmatrix's (ds_lane above), in K's / V's own 128-byte swizzled rows.
@@ -342,7 +320,7 @@ __global__ void __launch_bounds__(384, 1)
     const int64_t m_begin = int64_t{m_block_min + qb} * kBlockM;
     const T* s_q = s_q_base + s * Cfg::kQElems;
     const T* s_do = s_do_base + s * Cfg::kQElems;
-    T* s_ds = s_ds_base + (kIndep ? 0 : (kDefer ? item % 3 : item & 1) * Cfg::kDsElems);
+    T* s_ds = s_ds_base + (item % 3) * Cfg::kDsElems;
     const float* s_lse_cur = s_lse + s * kBlockM;
     const float* s_delta_cur = s_delta + s * kBlockM;
     const uint64_t desc_q = MakeSmemDesc(s_q, 16, 1024);
@@ -415,9 +393,8 @@ __global__ void __launch_bounds__(384, 1)
       ap[kk][2] = Tr::Pack(st[8 * kk + 4], st[8 * kk + 5]);
       ap[kk][3] = Tr::Pack(st[8 * kk + 6], st[8 * kk + 7]);
     }
-    if (kIndep || kDefer) {  // warpgroup 1 may start (predicated: no branch between wgmmas)
-      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 1);
-    }
+    // Warpgroup 1 may start (predicated: no branch between wgmmas).
+    NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0);
     float2 delta_r[kNS / 4];  // Delta rows, as lse_r (before the dV wgmma asm, as there)
 #pragma unroll
     for (int j = 0; j < kNS / 4; ++j)
@@ -435,8 +412,8 @@ __global__ void __launch_bounds__(384, 1)
     FenceRegs<kNS>(dpt);
 
     uint32_t ads[kBlockM / 16][4];
-    // kDefer: this buffer was last read by both warpgroups' dQ of item - 3.
-    if (kDefer && item >= 3) MbarWait(ds_empty + item % 3, ((item - 3) / 3) & 1);
+    // This buffer was last read by both warpgroups' dQ of item - 3.
+    if (item >= 3) MbarWait(ds_empty + item % 3, ((item - 3) / 3) & 1);
 #pragma unroll
     for (int i = 0; i < kNS; ++i)
       dpt[i] = st[i] * (dpt[i] - ((i & 1) ? delta_r[i >> 2].y : delta_r[i >> 2].x));
@@ -450,44 +427,29 @@ __global__ void __launch_bounds__(384, 1)
       StMatrixX4(SmemAddr(s_ds) + (ds_lane ^ (kk << 5)), ads[kk][0], ads[kk][1], ads[kk][2],
                  ads[kk][3]);
     }
-    if (!kDefer) FenceProxyAsync();
-    if (kIndep) {
-      // This warpgroup's dS^T rows complete; only it reads them, after its previous dQ finished.
-      NamedBarrierSync(kBwdPipeOwnDsBarrier + cw, 128);
-      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
-    } else if (kDefer) {
-      // This item's dS^T rows are fenced and released (ds_full) after this item's dQ / dK
-      // wgmmas are issued (below): nothing reads them before the next item, and the fence then
-      // finds the stores drained (ncu: ~3% of the consumers' time waiting in it here).
-    } else {
-      // dS^T complete for both consumers. The buffer of this item's parity is rewritten only two
-      // items later, after both consumers passed the next item's barrier, i.e. after their dQ
-      // wgmmas of this item completed (WgmmaWait<1> below).
-      NamedBarrierSync(kBwdDsBarrier, 256);
-    }
+    // This item's dS^T rows are fenced and released (ds_full) after this item's dQ / dK wgmmas
+    // are issued (below): nothing reads them before the next item, and the fence then finds the
+    // stores drained (ncu: ~3% of the consumers' time waiting in it here).
 
-    // dQ = dS K (A = dS^T read MN-major, B = K read MN-major; kIndep: this warpgroup's keys,
-    // columns 0..63 first; else all keys, this warpgroup's kD / 2 columns), then dK += dS^T Q
-    // (Q read MN-major; the scale is applied at the end), as two commit groups.
+    // dQ = dS K (A = dS^T read MN-major, B = K read MN-major; all keys, this warpgroup's kD / 2
+    // columns), then dK += dS^T Q (Q read MN-major; the scale is applied at the end), as two
+    // commit groups.
     float acc_dq[Cfg::kDqN / 2];
     auto issue_dq = [&](int col, const T* ds) {  // dQ columns [col, col + kDqN)
-      constexpr int kQSteps = kIndep ? 64 / 16 : kBlockN / 16;
 #pragma unroll
-      for (int kk = 0; kk < kQSteps; ++kk) {
-        const int key0 = kIndep ? cw * 64 + kk * 16 : kk * 16;
-        const uint64_t da = DescPlus(MakeSmemDesc(ds, kBlockN * 64 * 2, 1024), key0 * 64);
-        const uint64_t db = DescPlus(desc_k_mn, k_col_off(col) + key0 * 64);
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t da = DescPlus(MakeSmemDesc(ds, kBlockN * 64 * 2, 1024), kk * 16 * 64);
+        const uint64_t db = DescPlus(desc_k_mn, k_col_off(col) + kk * 16 * 64);
         WgmmaSS<T, Cfg::kDqN, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
     };
-    // kDefer: the dQ of the previous item (at the first item a dummy one on the unused buffer 2,
-    // never staged), once both warpgroups' dS^T of that item are in shared memory.
-    const int dq_item = kDefer ? item - 1 : item;
-    if (kDefer && item > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
+    // The dQ of the previous item (at the first item a dummy one on the unused buffer 2, never
+    // staged), once both warpgroups' dS^T of that item are in shared memory.
+    const int dq_item = item - 1;
+    if (item > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
     WgmmaFence();
-    issue_dq(kIndep ? 0 : cw * Cfg::kDqN,
-             kDefer ? s_ds_base + ((item + 2) % 3) * Cfg::kDsElems : s_ds);
+    issue_dq(cw * Cfg::kDqN, s_ds_base + ((item + 2) % 3) * Cfg::kDsElems);
     FenceRegs<kNA>(acc_dk);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -495,34 +457,23 @@ __global__ void __launch_bounds__(384, 1)
       WgmmaRS<T, kD, 1>::Run(acc_dk, ads[kk], db, 1);
     }
     WgmmaCommit();
-    if constexpr (kDefer) {
-      // One arrival per warp: __syncwarp orders the lanes' stores (and proxy fences) before
-      // lane 0's release; predicated, not a branch (wgmmas are in flight).
-      FenceProxyAsync();
-      __syncwarp();
-      MbarArriveIf(ds_full + item % 3, ElectOne());
-      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0 && sched.start == 2);
-    }
+    // One arrival per warp: __syncwarp orders the lanes' stores (and proxy fences) before lane
+    // 0's release; predicated, not a branch (wgmmas are in flight).
+    FenceProxyAsync();
+    __syncwarp();
+    MbarArriveIf(ds_full + item % 3, ElectOne());
     WgmmaWait<1>();  // dV and dQ done; dK may still run
     FenceRegs<Cfg::kDqN / 2>(acc_dq);
     FenceRegs<kNA>(acc_dv);
     FenceRegs<kBlockM / 4>(&ap[0][0]);  // P^T stays untouched until the dV wgmmas finished
-    if (kDefer) {  // dS^T of dq_item read by this warp's dQ wgmmas (one arrival per warp)
-      __syncwarp();
-      MbarArriveIf(ds_empty + (item + 2) % 3, item > 0 && ElectOne());
-    }
+    // dS^T of dq_item read by this warp's dQ wgmmas (one arrival per warp).
+    __syncwarp();
+    MbarArriveIf(ds_empty + (item + 2) % 3, item > 0 && ElectOne());
 
     // Stage dQ * scale once the writer has read this warpgroup's previous tile.
     if (dq_item >= 0) {
       MbarWait(dq_empty + cw, (dq_item & 1) ^ 1);
-      stage_dq(acc_dq, 0);
-      if constexpr (kIndep && kD == 128) {  // columns 64..127 of this warpgroup's keys
-        WgmmaFence();
-        issue_dq(64, s_ds);
-        WgmmaWait<0>();
-        FenceRegs<Cfg::kDqN / 2>(acc_dq);
-        stage_dq(acc_dq, 64);
-      }
+      stage_dq(acc_dq);
       dq_pending = 1;  // fenced and handed over after the next item's GEMMs are issued
     }
 
@@ -534,7 +485,7 @@ __global__ void __launch_bounds__(384, 1)
   }
   FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
   MbarArriveIf(dq_full + cw, dq_pending);
-  if constexpr (kDefer) {  // the last item's dQ
+  {  // the last item's dQ
     const int dq_item = items - 1;
     MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
     float acc_dq[Cfg::kDqN / 2];
@@ -550,48 +501,25 @@ __global__ void __launch_bounds__(384, 1)
     WgmmaWait<0>();
     FenceRegs<Cfg::kDqN / 2>(acc_dq);
     MbarWait(dq_empty + cw, (dq_item & 1) ^ 1);
-    stage_dq(acc_dq, 0);
+    stage_dq(acc_dq);
     FenceProxyAsync();
     MbarArrive(dq_full + cw);
   }
 
-  // dK, dV += (this CTA owns these rows exclusively), as sched.epilogue says.
-  AddDkDvRows<kD>(p, acc_dk, acc_dv, hk, b, n_begin, n_valid, key_base, t, sched.epilogue);
+  // dK, dV += (this CTA owns these rows exclusively), by float2 reductions.
+  AddDkDvRows<kD, BwdEpilogue::kReduce>(p, acc_dk, acc_dv, hk, b, n_begin, n_valid, key_base, t);
 #else
   __trap();  // only the sm_90a build carries this kernel; the launcher never picks it elsewhere
 #endif
 }
 
-// Describes the fp32 dq ([batch, rows, heads, kD], heads kD apart inside a row) as the 4-D
-// tensor {kD, heads, rows, batch} with boxes of 32 x 1 x 64 x 1 and 128-byte swizzle (one
-// staging panel). False when the driver rejects it (e.g. strides not multiples of 16 bytes).
-inline bool EncodeDqTensorMap(CUtensorMap* map, float* ptr, int d, int heads, int64_t rows,
-                              int batch, int64_t row_stride, int64_t batch_stride) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
-  if (encode == nullptr || rows <= 0) return false;
-  const int64_t bstride = batch > 1 ? batch_stride : rows * row_stride;  // unused when batch 1
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(d) * 4,
-                                 static_cast<cuuint64_t>(row_stride) * 4,
-                                 static_cast<cuuint64_t>(bstride) * 4};
-  const cuuint32_t box[4] = {32, 1, 64, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, ptr, dims, strides, box, elem_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// Queues the pipe backward; mode 1: column-split dQ, 2: independent warpgroups, 3: independent
-// with the start offset, 4: column split with each item's dQ deferred to the next item, with the
-// start offset, 5: as 4 without the start offset (mode 1 needs head dim 128; head dim 64 runs 2
-// for it). Returns cudaErrorNotSupported, with nothing queued, when
-// TMA cannot describe the tensors (the caller then runs another kernel).
+// Queues the pipe backward with the causal tile order `tile_chunk` (0 grid order, N > 0 longest
+// first in chunks of N kv heads). Returns cudaErrorNotSupported, with nothing queued, when TMA
+// cannot describe the tensors (the caller then runs the cp.async kernel).
 template <typename T, int kD>
-cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream) {
-  using Indep = BwdPipeTraits<kD, BwdPipeVariant::kIndep>;
-  constexpr int kBlockM = Indep::kBlockM, kBlockN = Indep::kBlockN;
+cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int tile_chunk, cudaStream_t stream) {
+  using Cfg = BwdPipeTraits<kD>;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   BwdPipeMaps maps;
   if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.m > INT32_MAX ||
       p.n > INT32_MAX || p.q_heads > INT32_MAX / kD ||
@@ -607,32 +535,13 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int mode, cudaStream_t stream)
                          p.dq_batch_stride)) {
     return cudaErrorNotSupported;
   }
-  // Start offset per mode (3, 4: warpgroup 1 after warpgroup 0's first P^T; 2, 5: together)
-  // unless DFA_CUDA_BWD_START forces one; the causal tile order from sm90_dispatch.h.
-  const int forced_start = Sm90BwdStart();
-  auto launch = [&](auto kernel, int smem, int offset) {
-    BwdPipeSched sched;
-    sched.start = forced_start >= 0 ? forced_start : offset;
-    const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
-    sched.chunk = Sm90BwdOrderChunk(p.causal, int64_t{grid.x} * grid.y * grid.z);
-    sched.epilogue = Sm90BwdEpilogue();
-    cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
-    kernel<<<grid, 384, smem, stream>>>(p, maps, sched);
-    return cudaGetLastError();
-  };
-  if constexpr (kD == 128) {
-    using Split = BwdPipeTraits<kD, BwdPipeVariant::kSplit>;
-    if (mode == 1)
-      return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kSplit>, Split::kSmemBytes, 0);
-  }
-  using Defer = BwdPipeTraits<kD, BwdPipeVariant::kDefer>;
-  if (mode == 4 || mode == 5)
-    return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kDefer>, Defer::kSmemBytes,
-                  mode == 4 ? 1 : 0);
-  return launch(FlashBwdSm90PipeKernel<T, kD, BwdPipeVariant::kIndep>, Indep::kSmemBytes,
-                mode >= 3 ? 1 : 0);
+  auto kernel = FlashBwdSm90PipeKernel<T, kD>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, maps, tile_chunk);
+  return cudaGetLastError();
 }
 
 }  // namespace dfa::cuda

@@ -1,4 +1,5 @@
-// FlashAttention-2 style forward unit (mma.sync m16n8k16, runs on sm_80 and sm_90).
+// FlashAttention-2 style forward unit (mma.sync m16n8k16, runs on sm_80 and sm_90): the forward
+// on GPUs other than Hopper (kernel_dispatch.h).
 //
 // One CTA computes kBlockM query rows of one (batch, query head) against all visible key
 // blocks of kBlockN rows, walking them from the last to the first (the causally masked blocks

@@ -1,5 +1,7 @@
 // Hopper forward unit: the FlashAttention-2 algorithm of flash_fwd_kernel.cuh on warpgroup MMA
-// (wgmma, sm_90a). Same contract and epilogue as the mma.sync kernel (FwdParams).
+// (wgmma, sm_90a). Same contract and epilogue as the mma.sync kernel (FwdParams). Runs on Hopper
+// where TMA cannot describe q, k or v (the table of kernel_dispatch.h; the default is the
+// warp-specialised TMA kernel of flash_fwd_sm90_ws.cuh).
 //
 // CTA = 2 warpgroups (256 threads) x 64 query rows = kBlockM 128 rows of one (batch, head).
 // Q, and K/V (two stages, kBlockN rows each) live in 128B-swizzled shared tiles filled by

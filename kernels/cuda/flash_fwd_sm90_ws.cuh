@@ -1,5 +1,5 @@
-// Hopper forward unit, warp-specialised (FlashAttention-3's recipe, sm_90a). Same contract and
-// epilogue as flash_fwd_sm90.cuh (FwdParams); chosen by the launchers of flash_fwd_*.cu.
+// Hopper forward unit, warp-specialised (FlashAttention-3's recipe, sm_90a): the default forward
+// on Hopper (kernel_dispatch.h). Same contract and epilogue as flash_fwd_sm90.cuh (FwdParams).
 //
 // CTA = 1 + kConsumers warpgroups, kBlockM = 64 x kConsumers query rows of one (batch, head):
 // - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec to 24); one thread
@@ -13,25 +13,22 @@
 //   together with O += P(j-1) V(j-1), softmax of S(j) (base 2, scale folded) while P V still
 //   runs. O is rescaled between the S and the P V issue (off the softmax -> next S path) and
 //   only when some row of the warp changed its maximum; the mask runs on the first n_masked
-//   blocks only (per-row column limits, selects); descriptors are 32-bit uniform adds (docs:
-//   "Tenth pass" in docs/kernels-cuda.md, from the ncu profile). Ping-pong: named barriers
-//   hand the "issue GEMMs" turn from one consumer to the next (round robin), so one
-//   warpgroup's softmax runs while another's GEMMs keep the tensor cores busy (run-time flag
-//   `ping_pong`, on unless DFA_CUDA_FWD_PINGPONG=0, for measuring it).
+//   blocks only (per-row column limits, selects); descriptors are 32-bit uniform adds (the
+//   profile behind these choices: docs/kernels-cuda.md). Ping-pong: named barriers hand the
+//   "issue GEMMs" turn from one consumer to the next (round robin), so one warpgroup's softmax
+//   runs while another's GEMMs keep the tensor cores busy.
 // Rows past m or n are zero-filled by the copy engine (out-of-bounds box elements), the mask
 // sets their scores to -inf exactly as in the other kernels.
 #pragma once
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <type_traits>
 
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/sm90_common.cuh"
-#include "kernels/cuda/sm90_dispatch.h"
+#include "kernels/cuda/sm90_tensor_maps.cuh"
 #include "kernels/cuda/sm90_tma.cuh"
 
 namespace dfa::cuda {
@@ -94,7 +91,7 @@ __device__ inline uint64_t FwdWsDesc(uint32_t lo) {
 template <typename T, int kD, int kBlockN, int kStages, int kConsumers>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     FlashFwdSm90WsKernel(const __grid_constant__ FwdParams p,
-                         const __grid_constant__ FwdTmaMaps maps, const int ping_pong) {
+                         const __grid_constant__ FwdTmaMaps maps) {
 #ifdef DFA_WGMMA
   using Tr = ElemTraits<T>;
   using Cfg = FwdWsTraits<kD, kBlockN, kStages, kConsumers>;
@@ -181,7 +178,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
   // Consumer 0 takes the first GEMM turn: consumer 1 hands it over before its own first wait.
-  if (ping_pong && cw == kConsumers - 1) NamedBarrierArrive(kTurnBarrier + 0, 256);
+  if (cw == kConsumers - 1) NamedBarrierArrive(kTurnBarrier + 0, 256);
 
   if (n_blocks > 0) {
     // Iterations 0 .. n_masked - 1 (the last key blocks) need the mask; computed once in 64 bits
@@ -292,10 +289,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 
     MbarWait(q_full, 0);
     MbarWait(k_full, 0);
-    if (ping_pong) NamedBarrierSync(my_turn, 256);
+    NamedBarrierSync(my_turn, 256);
     WgmmaFence();
     issue_s(0);
-    if (ping_pong) NamedBarrierArrive(next_turn, 256);
+    NamedBarrierArrive(next_turn, 256);
     WgmmaWait<0>();
     FenceRegs<kNS>(s);
     release(k_empty);
@@ -311,7 +308,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       MbarWait(v_full + sv, ((uit - 1) / kStages) & 1);  // before the turn: no wait between GEMMs
       FenceRegs<kNO>(acc_o);
       FenceRegs<kBlockN / 4>(&a[0][0]);
-      if (ping_pong) NamedBarrierSync(my_turn, 256);
+      NamedBarrierSync(my_turn, 256);
       WgmmaFence();
       issue_s(sk);
       if (it >= 2) rescale_o();  // O is still 0 at it == 1
@@ -319,7 +316,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       FenceRegs<kBlockN / 4>(&a[0][0]);
       WgmmaFence();
       issue_pv(sv);
-      if (ping_pong) NamedBarrierArrive(next_turn, 256);
+      NamedBarrierArrive(next_turn, 256);
       WgmmaWait<1>();  // S done, P V may still run
       FenceRegs<kNS>(s);
       release(k_empty + sk);
@@ -347,7 +344,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     FenceRegs<kBlockN / 4>(&a[0][0]);
   }
   // Balances the last consumer's first hand-over (consumer 0 waits once more than the others).
-  if (ping_pong && cw == 0) NamedBarrierSync(kTurnBarrier + 0, 256);
+  if (cw == 0) NamedBarrierSync(kTurnBarrier + 0, 256);
 
     // Epilogue: O = acc / l, LSE = max + log(l); empty rows get O = 0, LSE = -inf.
 #pragma unroll
@@ -401,46 +398,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 #endif
 }
 
-// cuTensorMapEncodeTiled from the driver, looked up once through the runtime (no -lcuda);
-// nullptr when the driver does not have it.
-inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// Describes rows x heads x kD (2-byte elements, heads kD apart inside a row) of a [batch, rows,
-// heads, kD] tensor as the 4-D tensor {kD, heads, rows, batch}; boxes are 64 x 1 x box_rows x 1
-// with 128-byte swizzle (one SW128 panel). False when the driver rejects it.
-template <typename T>
-bool EncodeRowTensorMap(CUtensorMap* map, const void* ptr, int d, int heads, int64_t rows,
-                        int batch, int64_t row_stride, int64_t batch_stride, int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
-  if (encode == nullptr || rows <= 0) return false;
-  const CUtensorMapDataType dt = std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                           : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const int64_t bstride = batch > 1 ? batch_stride : rows * row_stride;  // unused when batch 1
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(d) * 2,
-                                 static_cast<cuuint64_t>(row_stride) * 2,
-                                 static_cast<cuuint64_t>(bstride) * 2};
-  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  return encode(map, dt, 4, const_cast<void*>(ptr), dims, strides, box, elem_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 // Queues the warp-specialised forward. Returns cudaErrorNotSupported, with nothing queued, when
 // the tensors cannot be described by TMA descriptors (the caller then runs another kernel).
 template <typename T, int kD, int kBlockN, int kStages, int kConsumers = 2>
@@ -462,7 +419,7 @@ cudaError_t LaunchFwdSm90Ws(const FwdParams& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((p.m + Cfg::kBlockM - 1) / Cfg::kBlockM), p.q_heads,
                   p.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, maps, UseSm90FwdPingPong() ? 1 : 0);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, maps);
   return cudaGetLastError();
 }
 

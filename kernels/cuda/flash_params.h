@@ -1,5 +1,5 @@
 // The plain parameter structs that are all the fused attention kernels see, and the launcher
-// entry points (one per dtype x head dim, defined in the flash_*_inst_*.cu files).
+// entry points (one per dtype x head dim, defined in the flash_{fwd,bwd}_*.cu files).
 // Host code fills these from validated ForwardArgs/BackwardArgs (cuda_backend.cc); every
 // stride is in elements, every pointer is device memory aligned to 16 bytes.
 #pragma once
@@ -7,6 +7,8 @@
 #include <cstdint>
 
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/kernel_dispatch.h"
 
 namespace dfa::cuda {
 
@@ -56,15 +58,17 @@ struct BwdParams {
   bool causal = false;
 };
 
-// Launchers: queue the kernel on `stream`; return the launch error (cudaSuccess when queued).
-// Kept free of abseil so that nvcc compiles no host library headers.
-cudaError_t LaunchFwdBf16Hdim64(const FwdParams& p, cudaStream_t stream);
-cudaError_t LaunchFwdBf16Hdim128(const FwdParams& p, cudaStream_t stream);
-cudaError_t LaunchFwdF16Hdim64(const FwdParams& p, cudaStream_t stream);
-cudaError_t LaunchFwdF16Hdim128(const FwdParams& p, cudaStream_t stream);
-cudaError_t LaunchBwdBf16Hdim64(const BwdParams& p, cudaStream_t stream);
-cudaError_t LaunchBwdBf16Hdim128(const BwdParams& p, cudaStream_t stream);
-cudaError_t LaunchBwdF16Hdim64(const BwdParams& p, cudaStream_t stream);
-cudaError_t LaunchBwdF16Hdim128(const BwdParams& p, cudaStream_t stream);
+// Launchers (flash_{fwd,bwd}_*.cu, one per dtype x head dim): queue the kernel that the table
+// of kernel_dispatch.h chose (ChooseForward / ChooseBackward) on `stream`; return the launch
+// error (cudaSuccess when queued). Kept free of abseil so that nvcc compiles no host library
+// headers.
+cudaError_t LaunchFwdBf16Hdim64(const FwdParams& p, FwdKernel kernel, cudaStream_t stream);
+cudaError_t LaunchFwdBf16Hdim128(const FwdParams& p, FwdKernel kernel, cudaStream_t stream);
+cudaError_t LaunchFwdF16Hdim64(const FwdParams& p, FwdKernel kernel, cudaStream_t stream);
+cudaError_t LaunchFwdF16Hdim128(const FwdParams& p, FwdKernel kernel, cudaStream_t stream);
+cudaError_t LaunchBwdBf16Hdim64(const BwdParams& p, const BwdPlan& plan, cudaStream_t stream);
+cudaError_t LaunchBwdBf16Hdim128(const BwdParams& p, const BwdPlan& plan, cudaStream_t stream);
+cudaError_t LaunchBwdF16Hdim64(const BwdParams& p, const BwdPlan& plan, cudaStream_t stream);
+cudaError_t LaunchBwdF16Hdim128(const BwdParams& p, const BwdPlan& plan, cudaStream_t stream);
 
 }  // namespace dfa::cuda

@@ -1,14 +1,14 @@
-// dfa-kernel-bench: GFLOP/s of the CPU attention backend's forward and backward units, next to
-// this machine's fp32 sgemm rate through OpenBLAS on the same number of threads.
-// FLOPs as ../shared/ANCHORS.md counts them: forward 4·B·H·S²·D (halved for causal), backward
-// 2.5 × forward. Each figure is the best of --reps timed runs after one warm-up run.
+// dfa-cpu-kernel-bench: GFLOP/s of the CPU attention backend's forward and backward units, next
+// to this machine's fp32 sgemm rate through OpenBLAS on the same number of threads.
+// FLOPs: forward 4·B·H·S²·D (halved for causal; core/mask.h ForwardFlops), backward 2.5 ×
+// forward. Each figure is the best of --reps timed runs after one warm-up run.
 // Two rates per figure: by wall-clock time, and by process CPU time divided by the thread
 // count ("cpu"), which stays meaningful on a machine shared with other work (time the process
 // was not scheduled does not count). OpenBLAS threads spin while waiting, so its cpu figure is
 // a lower bound when threads > 1.
 //
-//   dfa-kernel-bench [--threads=0] [--seq=4096] [--heads=8] [--reps=2] [--dims=64,128]
-//                    [--dtypes=bf16,f32] [--masks=causal,full] [--backward=true]
+//   dfa-cpu-kernel-bench [--threads=0] [--seq=4096] [--heads=8] [--reps=2] [--dims=64,128]
+//                        [--dtypes=bf16,f32] [--masks=causal,full] [--backward=true]
 #include <cblas.h>
 
 #include <algorithm>

@@ -10,8 +10,8 @@
 #include "client/placement.h"
 #include "client/shard_io.h"
 #include "tests/client/client_test_util.h"
-#include "worker/chunk_wire.h"
-#include "worker/crc32c.h"
+#include "core/wire/chunk_wire.h"
+#include "core/wire/crc32c.h"
 
 namespace dfa::client {
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "tests/client/client_test_util.h"
-#include "worker/chunk_wire.h"
-#include "worker/crc32c.h"
+#include "core/wire/chunk_wire.h"
+#include "core/wire/crc32c.h"
 
 namespace dfa::client {
 namespace {

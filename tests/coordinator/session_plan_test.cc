@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "coordinator/planner/planner.h"
+#include "core/planner/planner.h"
 #include "coordinator/session_memory.h"
 #include "gtest/gtest.h"
 

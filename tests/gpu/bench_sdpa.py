@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch SDPA FlashAttention-2 and cuDNN backends, same configs and FLOP count as
-dfa_kernel_bench: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 heads; batch 1; bf16.
+dfa-cuda-kernel-bench: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 heads; batch 1; bf16.
 CUDA-event timing after one warm-up; forward runs with requires_grad inputs (saves LSE, as a
 training step does); backward = autograd.grad of the output. Prints a markdown table.
 Usage: python3 bench_sdpa.py [--quick] [--hdim 64|128 (one head dim only)]

@@ -1,15 +1,20 @@
-// The CUDA backend against an fp64 reference (and against the CPU backend when it is built),
+// The CUDA backend against the fp64 reference (kernels/reference) and against the CPU backend,
 // over shapes whose lengths are not tile multiples, global offsets, GQA, both masks and both
-// dtypes. Tolerances derive from the dtype's unit roundoff. Skips cleanly without a GPU.
+// dtypes, for every kernel the table of kernels/cuda/kernel_dispatch.h can run (forced through
+// cuda::KernelChoice: the Hopper kernels are skipped on other GPUs). Tolerances derive from the
+// dtype's unit roundoff. Skips cleanly without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <vector>
 
 #include "kernels/attention_backend.h"
-#include "tests/gpu/attention_reference.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/gpu/kernel_flags.h"
+#include "tests/gpu/unit_inputs.h"
 
 namespace dfa {
 namespace {
@@ -27,10 +32,15 @@ using testing::View;
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto b = CreateBackend("cuda", {});
-    if (!b.ok()) GTEST_SKIP() << "no usable GPU: " << b.status();
+    auto probe = CreateBackend("cuda", {});
+    if (!probe.ok()) GTEST_SKIP() << "no usable GPU: " << probe.status();
+    auto b = CreateCudaBackend({}, Choice());
+    if (absl::IsInvalidArgument(b.status())) GTEST_SKIP() << "not on this GPU: " << b.status();
+    ASSERT_TRUE(b.ok()) << b.status();
     be_ = std::move(*b);
   }
+  // The kernels under test (default: the table).
+  virtual cuda::KernelChoice Choice() const { return {}; }
   void TearDown() override {
     for (void* p : allocs_) be_->Free(p);
   }
@@ -58,6 +68,39 @@ class CudaBackendTest : public ::testing::Test {
   std::vector<void*> allocs_;
 };
 
+// The kernel tests run once per kernel choice: the table, each fallback kernel forced, and the
+// pipe backward's causal tile orders (the table picks chunks of 4 at these grid sizes).
+struct KernelCase {
+  const char* name;
+  cuda::KernelChoice choice;
+};
+// Test names and gtest output show the case by its name.
+void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name; }
+std::vector<KernelCase> KernelCases() {
+  std::vector<KernelCase> cases;
+  cases.push_back({"table", {}});
+  cuda::KernelChoice c;
+  c.forward = cuda::FwdKernel::kSm90CpAsync;
+  c.backward = cuda::BwdKernel::kSm90CpAsync;
+  cases.push_back({"sm90_cpasync", c});
+  c.forward = cuda::FwdKernel::kMmaSync;
+  c.backward = cuda::BwdKernel::kMmaSync;
+  cases.push_back({"mma_sync", c});
+  c = {};
+  c.bwd_tile_chunk = 0;
+  cases.push_back({"grid_order", c});
+  c.bwd_tile_chunk = 3;
+  cases.push_back({"chunks_of_3", c});
+  return cases;
+}
+
+class CudaKernelTest : public CudaBackendTest, public ::testing::WithParamInterface<KernelCase> {
+ protected:
+  cuda::KernelChoice Choice() const override { return GetParam().choice; }
+};
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaKernelTest, ::testing::ValuesIn(KernelCases()),
+                         [](const ::testing::TestParamInfo<KernelCase>& i) { return i.param.name; });
+
 // The grid: tails, offsets (some rows see no key), GQA and MQA, batch 2, both masks/dtypes.
 std::vector<UnitShape> Grid() {
   std::vector<UnitShape> g;
@@ -77,7 +120,7 @@ std::vector<UnitShape> Grid() {
   return g;
 }
 
-TEST_F(CudaBackendTest, ForwardAndBackwardMatchFp64Reference) {
+TEST_P(CudaKernelTest, ForwardAndBackwardMatchFp64Reference) {
   uint64_t seed = 1234;
   for (const UnitShape& s : Grid()) {
     SCOPED_TRACE(::testing::Message() << "dtype=" << DTypeName(s.dtype) << " D=" << s.head_dim << " m=" << s.m
@@ -164,7 +207,7 @@ TEST_F(CudaBackendTest, ForwardAndBackwardMatchFp64Reference) {
 
 // Two halves of the keys: Forward then Forward(accumulate), and two partials + Merge, both equal
 // the whole unit.
-TEST_F(CudaBackendTest, AccumulateAndMergeEqualTheWholeUnit) {
+TEST_P(CudaKernelTest, AccumulateAndMergeEqualTheWholeUnit) {
   UnitShape s;
   s.dtype = DType::kBF16, s.head_dim = 64, s.m = 150, s.n = 170, s.q_heads = 4, s.kv_heads = 2;
   s.q_row0 = 100, s.kv_row0 = 0, s.mask = MaskKind::kCausal;
@@ -219,10 +262,10 @@ TEST_F(CudaBackendTest, AccumulateAndMergeEqualTheWholeUnit) {
   }
 }
 
-// Head dim 128 (the TMA forward on Hopper) on non-dense views: Q rows padded, K and V
+// Head dim 128 on non-dense views: Q rows padded, K and V
 // interleaved in one buffer (as a packed KV chunk), batch 2, padded batch strides; forward in
 // two key halves with accumulate equals the whole unit; causal and full.
-TEST_F(CudaBackendTest, Hdim128StridedViewsAndAccumulate) {
+TEST_P(CudaKernelTest, Hdim128StridedViewsAndAccumulate) {
   for (int variant = 0; variant < 3; ++variant) {
     const DType t = variant == 1 ? DType::kF16 : DType::kBF16;
     UnitShape s;
@@ -287,6 +330,29 @@ TEST_F(CudaBackendTest, Hdim128StridedViewsAndAccumulate) {
   }
 }
 
+// A kernel choice outside its range, or a Hopper kernel forced on another GPU, is refused when
+// the backend is created, with the reason.
+TEST_F(CudaBackendTest, RejectsBadKernelChoices) {
+  cuda::KernelChoice bad;
+  bad.bwd_tile_chunk = 1000;
+  auto b = CreateCudaBackend({}, bad);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("bwd_tile_chunk"), std::string::npos) << b.status();
+  cuda::KernelChoice tma;
+  tma.forward = cuda::FwdKernel::kSm90Tma;
+  auto t = CreateCudaBackend({}, tma);
+  if (!t.ok()) {
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find("compute capability 9.0"), std::string::npos) << t.status();
+  }
+  std::string error;
+  cuda::KernelChoice parsed;
+  const char* argv[] = {"bench", "--fwd-kernel", "tmx"};
+  int i = 1;
+  EXPECT_TRUE(testing::ParseKernelFlag(3, const_cast<char**>(argv), &i, &parsed, &error));
+  EXPECT_NE(error.find("tmx"), std::string::npos) << error;
+}
+
 TEST_F(CudaBackendTest, RejectsUnsupportedHeadDimAndF32) {
   UnitShape s;
   s.head_dim = 96, s.m = 16, s.n = 16;
@@ -310,8 +376,8 @@ TEST_F(CudaBackendTest, RejectsUnsupportedHeadDimAndF32) {
 }
 
 // Same unit on the CPU backend (host memory) and on the GPU: outputs agree to the dtype's
-// tolerance. Skips until the CPU backend is built.
-TEST_F(CudaBackendTest, AgreesWithCpuBackend) {
+// tolerance.
+TEST_P(CudaKernelTest, AgreesWithCpuBackend) {
   auto cpu_or = CreateBackend("cpu", {});
   if (!cpu_or.ok()) GTEST_SKIP() << "cpu backend unavailable: " << cpu_or.status();
   auto& cpu = *cpu_or;

@@ -1,17 +1,20 @@
 // The "cudnn" backend against the fp64 reference and against our CUDA backend: global offsets
 // (partial diagonals, rows that see nothing, units wholly masked), GQA/MQA, batch 2, both masks
 // and dtypes, a head dim only cuDNN runs (96), fp32 and 16-bit outputs, accumulate, backward +=
-// with the final O, and the fallback to our kernels without it. Tolerances derive from the
-// dtype's unit roundoff. Skips cleanly without a GPU or without libcudnn.
+// with the final O, and the fallback to our kernels without it. The unit tests run twice: with
+// the table of kernels/cuda/kernel_dispatch.h (head dim 128 on our kernels on Hopper) and with
+// every unit cuDNN can run on cuDNN (cuda::KernelChoice). Tolerances derive from the dtype's unit
+// roundoff. Skips cleanly without a GPU or without libcudnn.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <vector>
 
 #include "kernels/attention_backend.h"
 #include "kernels/cuda/cudnn_backend.h"
-#include "tests/gpu/attention_reference.h"
+#include "tests/gpu/unit_inputs.h"
 
 namespace dfa {
 namespace {
@@ -29,7 +32,7 @@ using testing::View;
 class CudnnBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto b = CreateCudnnBackend({});
+    auto b = CreateCudnnBackend({}, Choice());
     if (!b.ok()) GTEST_SKIP() << "cudnn backend unavailable: " << b.status();
     be_ = std::move(*b);
     std::printf("cuDNN %s\n", be_->CudnnVersion().c_str());
@@ -63,9 +66,32 @@ class CudnnBackendTest : public ::testing::Test {
     return f;
   }
 
+  // The engine choice under test (default: the table).
+  virtual cuda::KernelChoice Choice() const { return {}; }
+
   std::unique_ptr<CudnnAttentionBackend> be_;
   std::vector<void*> allocs_;
 };
+
+struct EngineCase {
+  const char* name;
+  cuda::KernelChoice choice;
+};
+// Test names and gtest output show the case by its name.
+void PrintTo(const EngineCase& c, std::ostream* os) { *os << c.name; }
+std::vector<EngineCase> EngineCases() {
+  cuda::KernelChoice cudnn;
+  cudnn.cudnn_forward = cuda::UnitEngine::kCudnn;
+  cudnn.cudnn_backward = cuda::UnitEngine::kCudnn;
+  return {{"table", {}}, {"cudnn", cudnn}};
+}
+
+class CudnnEngineTest : public CudnnBackendTest, public ::testing::WithParamInterface<EngineCase> {
+ protected:
+  cuda::KernelChoice Choice() const override { return GetParam().choice; }
+};
+INSTANTIATE_TEST_SUITE_P(Engines, CudnnEngineTest, ::testing::ValuesIn(EngineCases()),
+                         [](const ::testing::TestParamInfo<EngineCase>& i) { return i.param.name; });
 
 UnitShape Shape(DType t, int d, int64_t m, int64_t n, int hq, int hk, int64_t q0, int64_t k0, MaskKind mk,
                 int b = 1) {
@@ -97,7 +123,7 @@ std::vector<UnitShape> Grid() {
           Shape(DType::kBF16, 96, 120, 140, 4, 2, 60, 0, C)};
 }
 
-TEST_F(CudnnBackendTest, ForwardAndBackwardMatchFp64Reference) {
+TEST_P(CudnnEngineTest, ForwardAndBackwardMatchFp64Reference) {
   uint64_t seed = 4321;
   for (const UnitShape& s : Grid()) {
     SCOPED_TRACE(Describe(s));
@@ -182,7 +208,7 @@ TEST_F(CudnnBackendTest, ForwardAndBackwardMatchFp64Reference) {
 // A causal sequence of 3 chunks processed unit by unit as the executor does: forward partials
 // LSE-merged with `accumulate` in an fp32 output, then every unit's backward with the final O
 // and LSE; the result equals the whole sequence's reference.
-TEST_F(CudnnBackendTest, ChunkedSequenceWithAccumulateEqualsWholeSequence) {
+TEST_P(CudnnEngineTest, ChunkedSequenceWithAccumulateEqualsWholeSequence) {
   const int64_t kChunk = 96, kChunks = 3, S = kChunk * kChunks;
   UnitShape whole = Shape(DType::kBF16, 128, S, S, 4, 2, 0, 0, MaskKind::kCausal);
   const Inputs in = MakeInputs(whole, 77);
@@ -308,7 +334,7 @@ TEST_F(CudnnBackendTest, BackwardWithoutFinalOFallsBackToOurKernels) {
 }
 
 // With SetOutFromDelta the same unit runs on cuDNN from a stand-in O built from D, as precise.
-TEST_F(CudnnBackendTest, BackwardFromDeltaWithoutFinalORunsOnCudnn) {
+TEST_P(CudnnEngineTest, BackwardFromDeltaWithoutFinalORunsOnCudnn) {
   be_->SetOutFromDelta(true);
   for (const UnitShape& s : {Shape(DType::kBF16, 128, 160, 200, 4, 2, 100, 0, MaskKind::kCausal),
                              Shape(DType::kF16, 64, 100, 150, 2, 2, 10, 50, MaskKind::kCausal)}) {
@@ -360,7 +386,7 @@ TEST_F(CudnnBackendTest, BackwardFromDeltaWithoutFinalORunsOnCudnn) {
 }
 
 // Same unit through "cuda" and "cudnn": outputs and LSE agree within the dtype's precision.
-TEST_F(CudnnBackendTest, AgreesWithCudaBackend) {
+TEST_P(CudnnEngineTest, AgreesWithCudaBackend) {
   auto cuda_or = CreateBackend("cuda", {});
   ASSERT_TRUE(cuda_or.ok()) << cuda_or.status();
   AttentionBackend& cuda = **cuda_or;

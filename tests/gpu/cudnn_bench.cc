@@ -1,25 +1,32 @@
 // dfa_cudnn_bench: TFLOP/s of attention units through OUR AttentionBackend interface, for the
 // "cudnn" backend (and, side by side, "cuda"), one GPU, bf16, batch 1, 32 query heads.
 //   dfa_cudnn_bench [--quick (D = 128, S = 16K and 64K)] [--backends cudnn,cuda]
+//                   [--cudnn-fwd ...] [--cudnn-bwd ...] [--fwd-kernel ...] [--bwd-kernel ...]
+// The last four override the table of kernels/cuda/kernel_dispatch.h (tests/gpu/kernel_flags.h;
+// e.g. --cudnn-fwd cudnn runs every forward unit cuDNN can take on cuDNN); rows then carry a tag.
 // Columns:
 //   fwd      Forward, out in bf16, not accumulating (cuDNN writes O and LSE in place)
 //   fwd-acc  Forward, fp32 out with accumulate=true (what the executor does for a unit after the
 //            first: cuDNN into bf16 scratch, then one fused LSE-merge pass into the fp32 partial)
 //   bwd      Backward with the final O given (cuDNN forms D itself) and the += into fp32
 //            dQ/dK/dV; for "cuda" the D pre-pass (ComputeDelta) is included, as our kernel needs it.
-// FLOPs as ANCHORS.md counts them (forward 4·B·H·S²·D, halved for causal; backward 2.5×).
+// FLOPs: forward 4·B·H·S²·D, halved for causal (core/mask.h ForwardFlops); backward 2.5×.
 // Timing: CUDA events around `reps` calls after one warm-up call (which builds cuDNN's graph).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_split.h"
 #include "kernels/attention_backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cudnn_backend.h"
+#include "tests/gpu/kernel_flags.h"
 
 namespace dfa {
 namespace {
@@ -67,7 +74,8 @@ double TimeMs(F&& fn, int reps, bool* ok) {
   return ms / reps;
 }
 
-bool RunConfig(AttentionBackend& be, const std::string& name, int d, int64_t s, bool causal) {
+bool RunConfig(AttentionBackend& be, const std::string& name, const std::string& tag, int d, int64_t s,
+               bool causal) {
   const int heads = 32;
   const size_t n16 = size_t(s) * heads * d, nstat = size_t(heads) * s;
   std::vector<void*> bufs;
@@ -152,7 +160,7 @@ bool RunConfig(AttentionBackend& be, const std::string& name, int d, int64_t s, 
       },
       reps, &fok);
   if (!fok) std::fprintf(stderr, "%s: a call failed at D=%d S=%lld\n", name.c_str(), d, static_cast<long long>(s));
-  std::printf("| %s | %d | %lldK | %s | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f |\n", name.c_str(), d,
+  std::printf("| %s%s | %d | %lldK | %s | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f |\n", name.c_str(), tag.c_str(), d,
               static_cast<long long>(s / 1024), causal ? "yes" : "no", fwd, flops / fwd / 1e9, fwd_acc,
               flops / fwd_acc / 1e9, bwd, 2.5 * flops / bwd / 1e9);
   std::fflush(stdout);
@@ -163,15 +171,40 @@ bool RunConfig(AttentionBackend& be, const std::string& name, int d, int64_t s, 
 int Main(int argc, char** argv) {
   bool quick = false;
   std::string backends = "cudnn,cuda";
+  cuda::KernelChoice choice;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    if (!std::strcmp(argv[i], "--backends") && i + 1 < argc) backends = argv[++i];
+    std::string error;
+    if (testing::ParseKernelFlag(argc, argv, &i, &choice, &error)) {
+      if (!error.empty()) {
+        std::fprintf(stderr, "%s\n", error.c_str());
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else if (!std::strcmp(argv[i], "--backends") && i + 1 < argc) {
+      backends = argv[++i];
+    } else {
+      std::fprintf(stderr, "unknown flag %s (see the comment at the top of cudnn_bench.cc)\n",
+                   argv[i]);
+      return 2;
+    }
   }
+  const std::string tag = testing::KernelTag(choice);
   std::printf("| backend | D | S | causal | fwd ms | fwd TFLOP/s | fwd-acc ms | fwd-acc TFLOP/s | bwd ms | bwd TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const std::string& name : std::vector<std::string>(absl::StrSplit(backends, ','))) {
-    auto be_or = CreateBackend(name, {});
+    absl::StatusOr<std::unique_ptr<AttentionBackend>> be_or =
+        absl::UnavailableError("backends: expected cudnn or cuda");
+    if (name == "cuda") be_or = CreateCudaBackend({}, choice);
+    if (name == "cudnn") {
+      auto cudnn = CreateCudnnBackend({}, choice);
+      if (cudnn.ok()) {
+        be_or = std::unique_ptr<AttentionBackend>(std::move(*cudnn));
+      } else {
+        be_or = cudnn.status();
+      }
+    }
     if (!be_or.ok()) {
       std::fprintf(stderr, "backend %s unavailable: %s\n", name.c_str(), be_or.status().ToString().c_str());
       ++failures;
@@ -179,7 +212,7 @@ int Main(int argc, char** argv) {
     }
     for (int d : quick ? std::vector<int>{128} : std::vector<int>{128, 64}) {
       for (int64_t s : quick ? std::vector<int64_t>{16384, 65536} : std::vector<int64_t>{4096, 16384, 65536}) {
-        for (bool causal : {true, false}) failures += RunConfig(**be_or, name, d, s, causal) ? 0 : 1;
+        for (bool causal : {true, false}) failures += RunConfig(**be_or, name, tag, d, s, causal) ? 0 : 1;
       }
     }
   }

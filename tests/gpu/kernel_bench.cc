@@ -1,26 +1,28 @@
-// dfa_kernel_bench: TFLOP/s of the CUDA backend's forward and backward units, one GPU.
-//   dfa_kernel_bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16] [--hdim 64|128 (one only)]
-//                    [--reps N (timed launches per config; default 20 / 5 / 3 at 4K / 16K / 64K)]
+// dfa-cuda-kernel-bench: TFLOP/s of the CUDA backend's forward and backward units, one GPU.
+//   dfa-cuda-kernel-bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16] [--hdim 64|128 (one only)]
+//                         [--reps N (timed launches per config; default 20 / 5 / 3 at 4K / 16K / 64K)]
+//                         [--fwd-kernel ...] [--bwd-kernel ...] [--bwd-tile-chunk N]
+// The last three override the kernel table (tests/gpu/kernel_flags.h; default: the table, as the
+// services run it); rows then carry a tag such as "-fwd=cpasync".
 // Configs: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 query heads (= kv heads), batch 1.
-// FLOPs as ANCHORS.md counts them (forward 4·B·H·S²·D, halved for causal; backward 2.5×).
+// FLOPs: forward 4·B·H·S²·D, halved for causal (core/mask.h ForwardFlops); backward 2.5×.
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
-// Prints a markdown table; exits non-zero with a message when no GPU is usable. Rows are tagged
-// -mmasync when DFA_CUDA_NO_WGMMA forces the sm_80 kernels, and with the kernel-variant switches
-// (-cpasync, -nopingpong, -bwdcpasync, -bwdtma, -pipe1..5, -nopipe, -orderN, -startN, -epiN,
-// see Main).
+// Prints a markdown table; exits non-zero with a message when no GPU is usable or a flag is bad.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "kernels/attention_backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/gpu/kernel_flags.h"
 
 namespace dfa {
 namespace {
@@ -54,47 +56,37 @@ int Main(int argc, char** argv) {
   DType dtype = DType::kBF16;
   int only_hdim = 0;  // 0: both head dims
   int forced_reps = 0;  // 0: per length
+  cuda::KernelChoice choice;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    if (!std::strcmp(argv[i], "--hdim") && i + 1 < argc) only_hdim = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) forced_reps = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
+    std::string error;
+    if (testing::ParseKernelFlag(argc, argv, &i, &choice, &error)) {
+      if (!error.empty()) {
+        std::fprintf(stderr, "%s\n", error.c_str());
+        return 2;
+      }
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else if (!std::strcmp(argv[i], "--hdim") && i + 1 < argc) {
+      only_hdim = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      forced_reps = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
       dtype = std::strcmp(argv[++i], "f16") ? DType::kBF16 : DType::kF16;
+    } else {
+      std::fprintf(stderr, "unknown flag %s (see the comment at the top of kernel_bench.cc)\n",
+                   argv[i]);
+      return 2;
     }
   }
-  auto be_or = CreateBackend("cuda", {});
+  auto be_or = CreateCudaBackend({}, choice);
   if (!be_or.ok()) {
-    std::fprintf(stderr, "no usable GPU: %s\n", be_or.status().ToString().c_str());
+    std::fprintf(stderr, "cuda backend: %s\n", be_or.status().ToString().c_str());
     return 2;
   }
   AttentionBackend& be = **be_or;
-  // The CUDA backend runs its wgmma kernels on sm_90 unless DFA_CUDA_NO_WGMMA is set.
-  const char* no_wgmma = std::getenv("DFA_CUDA_NO_WGMMA");
-  // Kernel-variant switches of the Hopper forward (kernels/cuda/sm90_dispatch.h) tag the rows:
-  // DFA_CUDA_FWD_WS=0 -cpasync (cp.async kernel instead of the TMA warp-specialised one),
-  // DFA_CUDA_FWD_PINGPONG=0 -nopingpong; of the backward: DFA_CUDA_BWD_WS=0 -bwdcpasync / =1 -bwdtma
-  // (cp.async or TMA kernel), DFA_CUDA_BWD_PIPE=1..5 -pipe1..5 / =0 -nopipe (the TMA kernel's dQ
-  // by writer warps in the given mode, or by atomics; unset: the default mode per head dim).
-  std::string tag = no_wgmma && no_wgmma[0] && no_wgmma[0] != '0' ? "-mmasync" : "";
-  for (const auto& [var, name] : {std::pair<const char*, const char*>{"DFA_CUDA_FWD_WS", "-cpasync"},
-                                  {"DFA_CUDA_FWD_PINGPONG", "-nopingpong"},
-                                  {"DFA_CUDA_BWD_WS", "-bwdcpasync"},
-                                  {"DFA_CUDA_BWD_PIPE", "-nopipe"}}) {
-    const char* e = std::getenv(var);
-    if (e != nullptr && e[0] == '0') tag += name;
-  }
-  if (const char* e = std::getenv("DFA_CUDA_BWD_WS"); e != nullptr && e[0] == '1') tag += "-bwdtma";
-  if (const char* e = std::getenv("DFA_CUDA_BWD_PIPE"); e != nullptr && e[0] >= '1' && e[0] <= '5') {
-    tag += std::string("-pipe") + e[0];
-  }
-  // Scheduling switches of the pipe backward: DFA_CUDA_BWD_ORDER=N -orderN (causal tile order),
-  // DFA_CUDA_BWD_START=N -startN (second consumer warpgroup's start), DFA_CUDA_BWD_EPILOGUE=N
-  // -epiN (how dK, dV are added).
-  for (const auto& [var, name] : {std::pair<const char*, const char*>{"DFA_CUDA_BWD_ORDER", "-order"},
-                                  {"DFA_CUDA_BWD_START", "-start"},
-                                  {"DFA_CUDA_BWD_EPILOGUE", "-epi"}}) {
-    if (const char* e = std::getenv(var); e != nullptr && e[0] != '\0') tag += std::string(name) + e;
-  }
+  const std::string tag = testing::KernelTag(choice);
   const char* kernel_tag = tag.c_str();
   const int kHeads = 32;
   std::vector<int64_t> lengths = quick ? std::vector<int64_t>{4096, 16384} : std::vector<int64_t>{4096, 16384, 65536};

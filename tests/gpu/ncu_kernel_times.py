@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Kernel-only TFLOP/s of dfa_kernel_bench's units at locked clocks, from ncu.
+"""Kernel-only TFLOP/s of dfa-cuda-kernel-bench's units at locked clocks, from ncu.
 
 Run on the GPU machine (ncu works on its Firecracker kinds):
   ncu --clock-control base --metrics gpu__time_duration.sum --kernel-name regex:FlashBwd --csv \\
-      dfa_kernel_bench --quick --reps 1 > bwd.csv
+      dfa-cuda-kernel-bench --quick --reps 1 > bwd.csv
   python3 ncu_kernel_times.py bwd [bwd.csv ...]     (fwd: --kernel-name regex:FlashFwd, then `fwd`)
 The bench runs one warm-up and `--reps` timed calls per config, in the order of its printed rows,
 and each call launches one kernel that matches the regex; the launches are assigned to the rows

@@ -7,7 +7,7 @@
 # warp-stall samples and memory counters). Clocks are left alone (--clock-control none), as the
 # benchmarks run. Example (bf16 D=128 16K causal backward: the bench's third pipe-kernel launch):
 #   tests/gpu/ncu_profile.sh $OUT bwd16k FlashBwdSm90PipeKernel 2 -- \
-#     .gpu-kernels/dfa_kernel_bench --quick --hdim 128 --reps 1
+#     .cache/gpu-kernels/dfa-cuda-kernel-bench --quick --hdim 128 --reps 1
 set -euo pipefail
 if [ $# -lt 6 ] || [ "$5" != "--" ]; then
   sed -n '2,12p' "$0" >&2

@@ -1,6 +1,8 @@
-// dfa_sdpa_cases DIR: runs the CUDA backend's forward and backward over a grid of unit shapes
-// and writes, per case, the inputs and our outputs as raw little-endian files plus one line of
-// DIR/cases.txt, for tests/gpu/sdpa_check.py to compare against PyTorch SDPA on the GPU machine.
+// dfa_sdpa_cases DIR [--fwd-kernel ...] [--bwd-kernel ...] [--bwd-tile-chunk N]: runs the CUDA
+// backend's forward and backward over a grid of unit shapes and writes, per case, the inputs and
+// our outputs as raw little-endian files plus one line of DIR/cases.txt, for
+// tests/gpu/sdpa_check.py to compare against PyTorch SDPA on the GPU machine. The flags override
+// the kernel table (tests/gpu/kernel_flags.h), so that every kernel can be checked.
 //   cases.txt line: id dtype head_dim batch m n q_heads kv_heads q_row0 kv_row0 causal scale
 //   case<id>_{q,k,v,do}.bin: 2-byte elements (dtype), BSHD dense
 //   case<id>_{out,lse,dq,dk,dv}.bin: fp32 (out BSHD, lse BHS, grads BSHD)
@@ -10,7 +12,9 @@
 #include <vector>
 
 #include "kernels/attention_backend.h"
-#include "tests/gpu/attention_reference.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/gpu/kernel_flags.h"
+#include "tests/gpu/unit_inputs.h"
 
 namespace dfa {
 namespace {
@@ -23,14 +27,30 @@ bool WriteFile(const std::string& path, const void* data, size_t bytes) {
 }
 
 int Main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: dfa_sdpa_cases DIR\n");
+  std::string dir;
+  cuda::KernelChoice choice;
+  for (int i = 1; i < argc; ++i) {
+    std::string error;
+    if (testing::ParseKernelFlag(argc, argv, &i, &choice, &error)) {
+      if (!error.empty()) {
+        std::fprintf(stderr, "%s\n", error.c_str());
+        return 2;
+      }
+    } else if (dir.empty() && argv[i][0] != '-') {
+      dir = argv[i];
+    } else {
+      dir.clear();
+      break;
+    }
+  }
+  if (dir.empty()) {
+    std::fprintf(stderr,
+                 "usage: dfa_sdpa_cases DIR [--fwd-kernel K] [--bwd-kernel K] [--bwd-tile-chunk N]\n");
     return 2;
   }
-  const std::string dir = argv[1];
-  auto be_or = CreateBackend("cuda", {});
+  auto be_or = CreateCudaBackend({}, choice);
   if (!be_or.ok()) {
-    std::fprintf(stderr, "no usable GPU: %s\n", be_or.status().ToString().c_str());
+    std::fprintf(stderr, "cuda backend: %s\n", be_or.status().ToString().c_str());
     return 2;
   }
   AttentionBackend& be = **be_or;

@@ -4,7 +4,7 @@
 
 #include "client/grpc_util.h"
 #include "tests/integration/cluster_fixture.h"
-#include "worker/crc32c.h"
+#include "core/wire/crc32c.h"
 
 namespace dfa::testing {
 namespace {

@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa::testing {
 

@@ -1,4 +1,4 @@
-// Eight worker processes (the largest P of the GPU scale run, issue 8) on loopback CPUs: every
+// Eight worker processes (the largest P of the GPU scale suite, tests/bench/gpu_scale_suite.sh) on loopback CPUs: every
 // schedule's forward+backward through the service equals single-device attention, every worker
 // takes part in both passes, and every byte sent between workers is received. The other
 // integration tests stop at P = 4. Tiny shapes and one cluster for all cases, so the binary runs

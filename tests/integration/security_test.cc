@@ -17,7 +17,7 @@
 #include "client/child_process.h"
 #include "client/grpc_util.h"
 #include "dfa/v1/worker.grpc.pb.h"
-#include "proto/tls/rpc_security.h"
+#include "core/rpc_security.h"
 #include "tests/integration/cluster_fixture.h"
 
 namespace dfa::testing {

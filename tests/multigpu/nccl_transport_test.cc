@@ -1,7 +1,7 @@
 // NcclTransport on the GPUs of this machine: one thread per rank, one GPU per rank (two ranks
 // share a GPU when there is only one). Skipped without GPUs.
-#include "worker/gpu/nccl_transport.h"
-#include "worker/gpu/nccl_bootstrap.h"
+#include "worker/transport/nccl_transport.h"
+#include "worker/transport/nccl_bootstrap.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/multigpu/gpu_test_util.h"
+#include "tests/gpu/service/gpu_test_util.h"
 
 namespace dfa {
 namespace {

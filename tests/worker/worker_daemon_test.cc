@@ -10,8 +10,8 @@
 #include <string>
 #include <thread>
 
-#include "coordinator/planner/plan_proto.h"
-#include "coordinator/planner/planner.h"
+#include "core/planner/plan_proto.h"
+#include "core/planner/planner.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
 #include "dfa/v1/worker.grpc.pb.h"
 #include "grpcpp/create_channel.h"

@@ -9,13 +9,13 @@
 #include <cstring>
 #include <thread>
 
-#include "coordinator/planner/plan_proto.h"
-#include "coordinator/planner/planner.h"
+#include "core/planner/plan_proto.h"
+#include "core/planner/planner.h"
 #include "dfa/v1/worker.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "kernels/reference/reference_attention.h"
-#include "worker/crc32c.h"
+#include "core/wire/crc32c.h"
 #include "worker/synthetic_inputs.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/worker_daemon.h"

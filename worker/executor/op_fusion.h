@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordinator/planner/plan.h"
+#include "core/planner/plan.h"
 #include "kernels/attention_backend.h"
 
 namespace dfa {

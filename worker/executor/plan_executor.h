@@ -1,5 +1,5 @@
 // PlanExecutor: runs ONE worker's steps of one pass (forward or backward) of a Plan
-// (coordinator/planner/plan.h) with an AttentionBackend and a Transport.
+// (core/planner/plan.h) with an AttentionBackend and a Transport.
 //
 // Overlap (the paper's idea 2): step t+1's non-partial receives and sends (owned rows, buffers
 // received earlier) are posted as one transport group (the "early" group) *before* step t
@@ -7,17 +7,18 @@
 // marked on the stream before step t's computes, which are queued first; the group's launch
 // follows them on the host but not on the device — Transport::MarkReady.) A transfer with a
 // lead L (plan.h) is posted L steps earlier still, in its own group: every worker posts, at the
-// start of step p, the groups (step u, lead u-1-p) for u = p+1, p+2, ... in that order. Step t+1's partials (kOutPartial,
-// kDqPartial, kDkvPartial), sends and receives both, are posted as a second ("late") group right
-// after step t's computes are queued, and waited for (and merged into the accumulators) only at
-// the start of step t+2 (after the last step: at the end of the pass), so a partial travels
-// while the step that sends it computes and never delays it. Every worker posts the groups in
-// the same order (early t+1, late t+1, early t+2, ...) and each group's messages match only
-// messages of the same kind of group of the same step on the peers, so even a transport that
-// runs groups one after another (NCCL on one stream) cannot deadlock, including two workers
-// exchanging partials in one step. The per-pair message order inside a group is the plan's
-// canonical order on both sides. The executor itself never synchronises the host with the compute stream: a
-// GPU transport's Wait makes the stream wait on an event (host transports block, as they must).
+// start of step p, the groups (step u, lead u-1-p) for u = p+1, p+2, ... in that order.
+// Step t+1's partials (kOutPartial, kDqPartial, kDkvPartial), sends and receives both, are
+// posted as a second ("late") group right after step t's computes are queued, and waited for
+// (and merged into the accumulators) only at the start of step t+2 (after the last step: at
+// the end of the pass), so a partial travels while the step that sends it computes and never
+// delays it. Every worker posts the groups in the same order (early t+1, late t+1, early t+2,
+// ...) and each group's messages match only messages of the same kind of group of the same
+// step on the peers, so even a transport that runs groups one after another (NCCL on one
+// stream) cannot deadlock, including two workers exchanging partials in one step. The per-pair
+// message order inside a group is the plan's canonical order on both sides. The executor
+// itself never synchronises the host with the compute stream: a GPU transport's Wait makes the
+// stream wait on an event (host transports block, as they must).
 //
 // Wire format of a Transfer (each a contiguous, dense message; K/V at kv_heads, never expanded):
 //   kQ          : Q  [B, n, Hq, D] (dtype)
@@ -39,6 +40,9 @@
 // count, a compute
 // on data it does not hold, ...), the backend's or transport's status otherwise. After an error
 // the storage's outputs are unspecified.
+// Implementation, one concern per file: plan_executor.cc (the pass loop), step_groups.h (group
+// scheduling), pass_buffers.h (buffer lifetimes), pass_accumulators.h (outputs and gradients),
+// step_compute.h (a step's backend calls and merges).
 #pragma once
 
 #include <atomic>
@@ -46,11 +50,11 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "coordinator/planner/plan.h"
+#include "core/planner/plan.h"
 #include "kernels/attention_backend.h"
-#include "kernels/status.h"
+#include "core/status.h"
 #include "worker/executor/session_storage.h"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 namespace dfa {
 
@@ -69,7 +73,7 @@ struct StepStats {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t units = 0;        // compute ops of the plan step
-  double flops = 0;         // ANCHORS.md count (backward = 2.5x forward)
+  double flops = 0;         // ForwardFlops (core/mask.h) count (backward = 2.5x forward)
   // Backend calls by op, the metric labels of docs/metrics.md.
   int64_t forward_launches = 0;
   int64_t backward_launches = 0;

@@ -6,37 +6,8 @@
 
 namespace dfa {
 
-absl::Status SessionShape::Validate() const {
-  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
-  if (q_heads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("q_heads must be >= 1, got ", q_heads));
-  }
-  if (kv_heads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("kv_heads must be >= 1, got ", kv_heads));
-  }
-  if (q_heads % kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("q_heads (", q_heads,
-                                                   ") must be a multiple of kv_heads (", kv_heads,
-                                                   ")"));
-  }
-  if (head_dim < 1 || head_dim > 512) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("head_dim must be in [1, 512], got ", head_dim));
-  }
-  return absl::OkStatus();
-}
-
-int64_t SessionStorageBytes(const SessionShape& s, int64_t rows) {
-  const int64_t qe = int64_t{s.batch} * rows * s.q_heads * s.head_dim;
-  const int64_t ke = int64_t{s.batch} * rows * s.kv_heads * s.head_dim;
-  const int64_t st = int64_t{s.batch} * s.q_heads * rows;
-  const int64_t es = DTypeSize(s.dtype);
-  // q, o, dout (dtype) + k, v (dtype) + dq (f32) + dk, dv (f32) + lse, delta (f32)
-  return 3 * qe * es + 2 * ke * es + qe * 4 + 2 * ke * 4 + 2 * st * 4;
-}
-
 absl::StatusOr<std::unique_ptr<SessionStorage>> SessionStorage::Create(
-    AttentionBackend* backend, const SessionShape& shape, std::vector<RowRange> owned) {
+    AttentionBackend* backend, const AttentionShape& shape, std::vector<RowRange> owned) {
   if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
   RETURN_IF_ERROR(shape.Validate());
   if (owned.empty()) return absl::InvalidArgumentError("owned: no row ranges");

@@ -21,28 +21,12 @@
 #include <memory>
 #include <vector>
 
-#include "coordinator/planner/plan.h"
+#include "core/planner/plan.h"
 #include "kernels/attention_backend.h"
-#include "kernels/dtype.h"
-#include "kernels/status.h"
+#include "core/dtype.h"
+#include "core/status.h"
 
 namespace dfa {
-
-// The per-session tensor shape (everything but the sequence length).
-struct SessionShape {
-  int batch = 1;
-  int q_heads = 1;
-  int kv_heads = 1;
-  int head_dim = 64;
-  DType dtype = DType::kF32;
-
-  // INVALID_ARGUMENT naming the field: batch/heads/head_dim < 1, q_heads % kv_heads != 0.
-  absl::Status Validate() const;
-};
-
-// Bytes a session with `rows` owned rows holds in SessionStorage (all tensors above).
-// Use it for admission control / memory accounting before allocating.
-int64_t SessionStorageBytes(const SessionShape& shape, int64_t rows);
 
 class SessionStorage {
  public:
@@ -50,13 +34,13 @@ class SessionStorage {
   // INVALID_ARGUMENT for a bad shape or ranges; the backend's error (e.g. RESOURCE_EXHAUSTED)
   // when memory runs out, with nothing left allocated.
   static absl::StatusOr<std::unique_ptr<SessionStorage>> Create(AttentionBackend* backend,
-                                                                const SessionShape& shape,
+                                                                const AttentionShape& shape,
                                                                 std::vector<RowRange> owned);
   ~SessionStorage();
   SessionStorage(const SessionStorage&) = delete;
   SessionStorage& operator=(const SessionStorage&) = delete;
 
-  const SessionShape& shape() const { return shape_; }
+  const AttentionShape& shape() const { return shape_; }
   const std::vector<RowRange>& owned() const { return owned_; }
   int64_t rows() const { return rows_; }
   int64_t bytes() const { return SessionStorageBytes(shape_, rows_); }
@@ -78,14 +62,14 @@ class SessionStorage {
   RowStatView delta() const { return Stat(delta_); }
 
  private:
-  SessionStorage(AttentionBackend* backend, const SessionShape& shape, std::vector<RowRange> owned,
+  SessionStorage(AttentionBackend* backend, const AttentionShape& shape, std::vector<RowRange> owned,
                  int64_t rows)
       : backend_(backend), shape_(shape), owned_(std::move(owned)), rows_(rows) {}
   TensorView View(void* p, DType t, int heads) const;
   RowStatView Stat(float* p) const;
 
   AttentionBackend* backend_;
-  SessionShape shape_;
+  AttentionShape shape_;
   std::vector<RowRange> owned_;
   int64_t rows_ = 0;
   void* q_ = nullptr;

@@ -3,13 +3,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "worker/executor/inproc_transport.h"
+#include "worker/transport/inproc_transport.h"
 
 namespace dfa {
 namespace {
 
 // Heads [h0, h0 + n) of a whole-sequence [B, S, heads, D] tensor (strided rows).
-TensorView Global(const std::vector<float>& data, const SessionShape& s, int64_t seq, int heads,
+TensorView Global(const std::vector<float>& data, const AttentionShape& s, int64_t seq, int heads,
                   int h0, int n) {
   TensorView v;
   v.data = const_cast<float*>(data.data()) + int64_t{h0} * s.head_dim;
@@ -36,7 +36,7 @@ absl::Status Move(AttentionBackend& b, const TensorView& global, const TensorVie
   return absl::OkStatus();
 }
 
-absl::Status RunWorker(const Plan& plan, const SessionShape& shape, const SimulationInputs& in,
+absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const SimulationInputs& in,
                        const SimulationOptions& opt, std::unique_ptr<Transport> transport,
                        SimulationResult* out, int w) {
   BackendOptions bo;
@@ -46,7 +46,7 @@ absl::Status RunWorker(const Plan& plan, const SessionShape& shape, const Simula
   const HeadRange heads = WorkerKvHeads(plan.workers[w], shape.kv_heads);
   const int per_kv = shape.q_heads / shape.kv_heads;
   const int k0 = heads.begin, nk = heads.size(), q0 = k0 * per_kv, nq = nk * per_kv;
-  SessionShape local = shape;
+  AttentionShape local = shape;
   local.kv_heads = nk;
   local.q_heads = nq;
   ASSIGN_OR_RETURN(std::unique_ptr<SessionStorage> st,
@@ -87,7 +87,7 @@ absl::Status RunWorker(const Plan& plan, const SessionShape& shape, const Simula
 
 }  // namespace
 
-absl::StatusOr<SimulationResult> Simulate(const Plan& plan, const SessionShape& shape,
+absl::StatusOr<SimulationResult> Simulate(const Plan& plan, const AttentionShape& shape,
                                           const SimulationInputs& in,
                                           const SimulationOptions& opt) {
   RETURN_IF_ERROR(shape.Validate());

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/planner/plan.h"
+#include "core/planner/plan.h"
 #include "worker/executor/plan_executor.h"
 #include "worker/executor/session_storage.h"
 
@@ -39,7 +39,7 @@ struct SimulationOptions {
 
 // INVALID_ARGUMENT for inputs of the wrong size, a bad shape or a worker's kv head range outside
 // shape.kv_heads; the first worker's error otherwise.
-absl::StatusOr<SimulationResult> Simulate(const Plan& plan, const SessionShape& shape,
+absl::StatusOr<SimulationResult> Simulate(const Plan& plan, const AttentionShape& shape,
                                           const SimulationInputs& inputs,
                                           const SimulationOptions& options = {});
 

@@ -4,7 +4,7 @@
 
 namespace dfa::executor_internal {
 
-std::vector<Component> Components(PlanTensor tensor, const SessionShape& s) {
+std::vector<Component> Components(PlanTensor tensor, const AttentionShape& s) {
   const Component q{s.dtype, s.q_heads, false}, kv{s.dtype, s.kv_heads, false};
   const Component q32{DType::kF32, s.q_heads, false}, kv32{DType::kF32, s.kv_heads, false};
   const Component stat{DType::kF32, s.q_heads, true};
@@ -19,12 +19,12 @@ std::vector<Component> Components(PlanTensor tensor, const SessionShape& s) {
   return {};
 }
 
-int64_t ComponentBytes(const Component& c, const SessionShape& s, int64_t rows) {
+int64_t ComponentBytes(const Component& c, const AttentionShape& s, int64_t rows) {
   const int64_t per_row = c.stat ? int64_t{c.heads} : int64_t{c.heads} * s.head_dim;
   return int64_t{s.batch} * rows * per_row * DTypeSize(c.dtype);
 }
 
-TensorView ComponentView(void* base, const Component& c, const SessionShape& s, int64_t total,
+TensorView ComponentView(void* base, const Component& c, const AttentionShape& s, int64_t total,
                          int64_t off, int64_t n) {
   TensorView v;
   v.dtype = c.dtype;
@@ -46,7 +46,7 @@ TensorView ComponentView(void* base, const Component& c, const SessionShape& s, 
   return v.Slice(off, n);
 }
 
-RowStatView StatView(void* base, const SessionShape& s, int64_t total, int64_t off, int64_t n) {
+RowStatView StatView(void* base, const AttentionShape& s, int64_t total, int64_t off, int64_t n) {
   RowStatView v;
   v.data = static_cast<float*>(base);
   v.batch = s.batch;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordinator/planner/plan.h"
+#include "core/planner/plan.h"
 #include "kernels/attention_backend.h"
 #include "worker/executor/session_storage.h"
 
@@ -18,16 +18,16 @@ struct Component {
   bool stat;  // per-row statistic (fp32 [B, heads, n])
 };
 
-std::vector<Component> Components(PlanTensor tensor, const SessionShape& shape);
-int64_t ComponentBytes(const Component& c, const SessionShape& shape, int64_t rows);
+std::vector<Component> Components(PlanTensor tensor, const AttentionShape& shape);
+int64_t ComponentBytes(const Component& c, const AttentionShape& shape, int64_t rows);
 
 // Rows [off, off + n) of a component stored densely over `total` rows at `base`, as a
 // TensorView (statistics become [B*heads, n, 1, 1] with batch stride `total`, which lets the
 // backend's Convert copy them like any tensor).
-TensorView ComponentView(void* base, const Component& c, const SessionShape& shape, int64_t total,
+TensorView ComponentView(void* base, const Component& c, const AttentionShape& shape, int64_t total,
                          int64_t off, int64_t n);
 // Rows [off, off + n) of a dense fp32 [B, Hq, total] statistic.
-RowStatView StatView(void* base, const SessionShape& shape, int64_t total, int64_t off, int64_t n);
+RowStatView StatView(void* base, const AttentionShape& shape, int64_t total, int64_t off, int64_t n);
 // True when the view's elements are one contiguous run (can be sent without packing).
 bool IsContiguous(const TensorView& v);
 

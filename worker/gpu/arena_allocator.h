@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <map>
 
-#include "kernels/status.h"
+#include "core/status.h"
 
 namespace dfa {
 

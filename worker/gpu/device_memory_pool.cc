@@ -3,7 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
-#include "worker/gpu/cuda_status.h"
+#include "core/gpu/cuda_status.h"
 
 namespace dfa {
 

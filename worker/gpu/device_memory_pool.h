@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "kernels/status.h"
+#include "core/status.h"
 #include "worker/gpu/arena_allocator.h"
 
 namespace dfa {

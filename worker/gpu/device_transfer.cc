@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/gpu/cuda_ipc.h"
-#include "worker/gpu/cuda_status.h"
+#include "core/gpu/cuda_ipc.h"
+#include "core/gpu/cuda_status.h"
 
 namespace dfa {
 namespace {

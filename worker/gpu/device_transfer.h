@@ -24,7 +24,7 @@
 #include <cstdint>
 
 #include "dfa/v1/worker.pb.h"
-#include "kernels/status.h"
+#include "core/status.h"
 #include "worker/worker_session.h"
 
 namespace dfa {

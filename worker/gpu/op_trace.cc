@@ -2,18 +2,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/trace.h"
 
 namespace dfa {
 
 OpTrace* OpTrace::FromEnvironment() {
-  const char* v = std::getenv("DFA_TRACE_OPS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return nullptr;
-  return new OpTrace();
+  return TraceOpsEnabled() ? new OpTrace() : nullptr;
 }
 
 OpTrace::~OpTrace() {

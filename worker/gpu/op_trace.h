@@ -1,5 +1,5 @@
 // OpTrace: a timeline of one pass's device work, for finding where a short job's time goes.
-// Switched on by the environment variable DFA_TRACE_OPS=1 in a GPU worker (off by default: it
+// Switched on by DFA_TRACE_OPS=1 (core/trace.h) in a GPU worker (off by default: it
 // records two CUDA events per backend call). PooledBackend calls Begin/End around every kernel
 // call on the caller's stream and Report() after the pass's final synchronisation; Report prints
 // one line per call to stderr: the call, its rows, its device time, the device gap before it
@@ -20,7 +20,7 @@ namespace dfa {
 
 class OpTrace {
  public:
-  // nullptr unless DFA_TRACE_OPS is set to a non-empty value other than "0".
+  // nullptr unless tracing is on (TraceOpsEnabled(), core/trace.h).
   static OpTrace* FromEnvironment();
   ~OpTrace();
 

@@ -2,7 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "worker/gpu/cuda_status.h"
+#include "core/gpu/cuda_status.h"
 
 namespace dfa {
 namespace {

@@ -1,5 +1,4 @@
-"""The Python client of the DistFlashAttn Service: coordinator control plane and the worker
-data plane, over the real gRPC protocol (proto/dfa/v1).
+"""Client and Session: the C++ client library (client/client.h) through the extension dfa._dfa.
 
     client = dfa.Client("127.0.0.1:7000")
     with client.create_session(dfa.AttentionSpec(batch=1, seq_len=4096, q_heads=8,
@@ -7,155 +6,113 @@ data plane, over the real gRPC protocol (proto/dfa/v1).
         o, lse = s.forward(q, k, v)        # uploads Q, K, V straight to the owning workers
         dq, dk, dv = s.backward(do)        # uploads ONLY dO: the workers kept Q, K, V, O, LSE
 
-Tensor bytes never pass through the coordinator: each shard goes to the worker that owns it
-(ShardPlacement.address), one gRPC stream per worker, all workers in parallel.
+Tensor bytes never pass through the coordinator: each shard goes to the worker that owns it,
+all workers in parallel, by shared memory for workers on this host and gRPC chunks (CRC32C)
+otherwise (path="auto"; "grpc" or "shm" force one). Inputs are numpy arrays or torch CPU
+tensors, C-contiguous, of the spec's dtype (bf16: torch.bfloat16 or uint16 bit patterns); they
+are read in place (no copy). Outputs are numpy arrays that own the bytes the download wrote.
 
-Threads: a Client may be shared between threads (gRPC channels and stubs are thread-safe). A
-Session is for one thread at a time; it runs one thread per worker inside a transfer.
+Threads: a Client may be shared between threads. A Session is for one thread at a time.
+Every call releases the GIL while it waits; Ctrl-C in the main thread cancels a running job.
 Lifetime: a Session is released by release(), by leaving its `with` block, or when garbage
-collected (best effort); the coordinator's session TTL covers a crashed client.
-Errors: ValueError naming the field for bad inputs (nothing sent); DfaError for a gRPC status
-from the service; JobFailedError for a failed or cancelled job.
+collected; the coordinator's session TTL covers a crashed client.
+Errors: dfa.DfaError with the status code's name; dfa.InvalidArgumentError (a ValueError)
+naming the argument or field for bad inputs, before anything is sent.
 """
 
-import concurrent.futures
-import itertools
-import os
-import socket
-import threading
-import time
-import weakref
+from dfa import _dfa
+from dfa.spec import DO, DQ, DK, DV, K, LSE, O, Q, V, AttentionSpec  # noqa: F401
 
-import grpc
-import numpy as np
-
-from dfa import _proto
-from dfa import shards as _shards
-from dfa.errors import DfaError, JobFailedError, status_code
-from dfa.spec import (DO, DQ, DK, DV, K, KIND_NAMES, LSE, O, Q, V, AttentionSpec, check_array)
-
-attention_pb2, coordinator_pb2, coordinator_pb2_grpc, worker_pb2, worker_pb2_grpc = _proto.load()
-
-_MAX_MESSAGE = 64 << 20
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", _MAX_MESSAGE),
-                    ("grpc.max_send_message_length", _MAX_MESSAGE),
-                    # Each worker gets its own TCP connection: parallel streams never share one.
-                    ("grpc.use_local_subchannel_pool", 1)]
-_FINAL = (coordinator_pb2.JOB_SUCCEEDED, coordinator_pb2.JOB_FAILED, coordinator_pb2.JOB_CANCELLED)
-_ids = itertools.count()
 _SCHEDULES = ("", "balanced", "ring", "distflash", "zigzag", "heads", "auto")
 
 
-def _default_client_id():
-    return "dfa-py-%s-%d-%d" % (socket.gethostname(), os.getpid(), next(_ids))
+def _check_schedule(schedule):
+    if schedule not in _SCHEDULES:
+        from dfa.errors import InvalidArgumentError
+        raise InvalidArgumentError("INVALID_ARGUMENT", "schedule: %r is not one of %s"
+                                   % (schedule, ", ".join(_SCHEDULES[1:])))
 
 
 class Client:
     """Connection to a dfa-coordinator (host:port). Does not wait for it; calls do.
 
-    token: sent as 'authorization: Bearer <token>' when the coordinator runs with --auth_token.
-    rpc_timeout: deadline (s) of each control call and each transfer stream.
-    job_timeout: deadline (s) of a job's whole run (watch).
+    token: sent as 'authorization: Bearer <token>' (coordinator --auth_token).
+    tls_cert, tls_key, tls_ca: PEM files for mTLS with the coordinator and the workers (all
+    three or none); tls_server_name: the name the servers' certificates are checked against.
+    rpc_timeout: deadline (s) of each control call and each transfer. job_timeout: of a job.
     """
 
-    def __init__(self, coordinator, client_id=None, token=None, rpc_timeout=30.0,
-                 job_timeout=1800.0):
-        if not isinstance(coordinator, str) or ":" not in coordinator:
-            raise ValueError("coordinator: expected host:port, got %r" % (coordinator,))
-        self.coordinator = coordinator
-        self.client_id = client_id or _default_client_id()
-        self.rpc_timeout = float(rpc_timeout)
-        self.job_timeout = float(job_timeout)
-        self._metadata = (("authorization", "Bearer " + token),) if token else None
-        self._channel = grpc.insecure_channel(coordinator, options=_CHANNEL_OPTIONS)
-        self.stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
-        self._worker_channels = {}
-        self._lock = threading.Lock()
+    def __init__(self, coordinator, client_id="", token="", tls_cert="", tls_key="", tls_ca="",
+                 tls_server_name="", rpc_timeout=30.0, job_timeout=1800.0):
+        if not isinstance(coordinator, str):
+            from dfa.errors import InvalidArgumentError
+            raise InvalidArgumentError("INVALID_ARGUMENT", "coordinator: expected a 'host:port' "
+                                       "string, got %s" % type(coordinator).__name__)
+        self._c = _dfa.Client.connect(coordinator, client_id=client_id or "",
+                                      rpc_timeout=float(rpc_timeout),
+                                      job_timeout=float(job_timeout), tls_cert=tls_cert or "",
+                                      tls_key=tls_key or "", tls_ca=tls_ca or "",
+                                      tls_server_name=tls_server_name or "", token=token or "")
 
-    # -- control plane -------------------------------------------------------------------------
-    def _call(self, what, method, request, timeout=None):
-        try:
-            return method(request, timeout=timeout or self.rpc_timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise DfaError.from_rpc(e, what) from None
+    coordinator = property(lambda self: self._c.coordinator)
+    client_id = property(lambda self: self._c.client_id)
+
+    def list_workers(self):
+        """The coordinator's workers, as dicts (worker_id, address, host, backend, alive, ...)."""
+        return self._c.list_workers()
+
+    def status(self):
+        """ClusterStatus as a dict (live_workers, sessions, jobs_running, ...)."""
+        return self._c.status()
+
+    def get_job(self, job_id):
+        return self._c.get_job(job_id)
+
+    def cancel_job(self, job_id):
+        return self._c.cancel_job(job_id)
 
     def wait_ready(self, workers=1, timeout=30.0):
-        """Blocks until the coordinator lists at least `workers` live workers."""
+        """Blocks until the coordinator answers and lists at least `workers` live workers."""
+        import time
+        from dfa.errors import DfaError, DeadlineExceededError
         deadline = time.monotonic() + timeout
-        last = None
+        self._c.wait_for_coordinator(timeout)
         while True:
             try:
-                alive = sum(w.alive for w in self.list_workers())
+                alive = sum(1 for w in self.list_workers() if w["alive"])
                 if alive >= workers:
                     return alive
                 last = "%d of %d workers alive" % (alive, workers)
             except DfaError as e:
                 last = str(e)
             if time.monotonic() > deadline:
-                raise DfaError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                               "cluster not ready after %.1f s: %s" % (timeout, last),
-                               "wait_ready")
+                raise DeadlineExceededError("DEADLINE_EXCEEDED", "cluster %s not ready after "
+                                            "%.1f s: %s" % (self.coordinator, timeout, last))
             time.sleep(0.05)
 
-    def list_workers(self):
-        return list(self._call("ListWorkers", self.stub.ListWorkers,
-                               coordinator_pb2.ListWorkersRequest()).workers)
-
-    def status(self):
-        return self._call("GetStatus", self.stub.GetStatus, coordinator_pb2.GetStatusRequest())
-
-    def get_job(self, job_id):
-        return self._call("GetJob", self.stub.GetJob,
-                          coordinator_pb2.GetJobRequest(job_id=job_id, client_id=self.client_id))
-
-    def cancel_job(self, job_id):
-        return self._call("CancelJob", self.stub.CancelJob,
-                          coordinator_pb2.GetJobRequest(job_id=job_id, client_id=self.client_id))
-
     def create_session(self, spec=None, num_workers=0, schedule="", ttl_seconds=0, **spec_fields):
-        """Creates a session for `spec` (an AttentionSpec, or its fields as keywords).
+        """A Session for `spec` (an AttentionSpec, or its fields as keywords).
 
-        num_workers 0: all live workers. schedule: "" (coordinator default: balanced), "ring",
-        "distflash", "zigzag", "balanced", "heads" (heads split across workers: each holds all
-        rows of its heads; the scatter/gather slices heads) or "auto" (the cheaper of balanced
-        and heads in the planner's cost model). Errors: ValueError for a bad spec or option;
-        DfaError INVALID_ARGUMENT (the coordinator's limits), RESOURCE_EXHAUSTED (won't fit).
+        num_workers 0: all live workers. schedule: "" (the coordinator's default, balanced),
+        "ring", "distflash", "zigzag", "balanced", "heads" or "auto".
         """
         if spec is None:
             spec = AttentionSpec(**spec_fields)
         elif spec_fields:
-            raise ValueError("create_session: pass either spec or its fields, not both")
+            raise TypeError("create_session: pass either spec or its fields, not both")
         if not isinstance(spec, AttentionSpec):
-            raise ValueError("spec: expected dfa.AttentionSpec, got %s" % type(spec).__name__)
-        spec.validate()
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError("num_workers: must be an integer >= 0, got %r" % (num_workers,))
-        if schedule not in _SCHEDULES:
-            raise ValueError("schedule: %r is not one of %s" % (schedule, ", ".join(_SCHEDULES[1:])))
-        if not isinstance(ttl_seconds, int) or ttl_seconds < 0:
-            raise ValueError("ttl_seconds: must be an integer >= 0, got %r" % (ttl_seconds,))
-        req = coordinator_pb2.CreateSessionRequest(
-            spec=spec.to_proto(attention_pb2), num_workers=num_workers, schedule=schedule,
-            client_id=self.client_id, ttl_seconds=ttl_seconds)
-        info = self._call("CreateSession", self.stub.CreateSession, req)
-        return Session(self, spec, info)
+            raise TypeError("spec: expected dfa.AttentionSpec, got %s" % type(spec).__name__)
+        _check_schedule(schedule)
+        s = self._c.create_session(**spec.as_dict(), num_workers=num_workers, schedule=schedule,
+                                   ttl_seconds=ttl_seconds)
+        return Session(self, spec, s)
 
-    # -- data plane ----------------------------------------------------------------------------
-    def worker_stub(self, address):
-        """A Worker stub on a channel of its own per worker address (made on first use)."""
-        with self._lock:
-            ch = self._worker_channels.get(address)
-            if ch is None:
-                ch = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
-                self._worker_channels[address] = ch
-            return worker_pb2_grpc.WorkerStub(ch)
+    def submit_job(self, session_id, kind):
+        """SubmitJob on `session_id` as this client (a session of another client is refused)."""
+        return self._c.submit_job(session_id, kind)
 
     def close(self):
-        with self._lock:
-            for ch in self._worker_channels.values():
-                ch.close()
-            self._worker_channels.clear()
-        self._channel.close()
+        """Nothing to free eagerly (channels close when the last Session goes)."""
 
     def __enter__(self):
         return self
@@ -164,39 +121,20 @@ class Client:
         self.close()
 
 
-def _release(stub, metadata, session_id, client_id, timeout):
-    try:
-        stub.ReleaseSession(coordinator_pb2.ReleaseSessionRequest(session_id=session_id,
-                                                                  client_id=client_id),
-                            timeout=timeout, metadata=metadata)
-    except Exception:  # best effort (finalizer; the coordinator's TTL covers the rest)
-        pass
-
-
 class Session:
-    """One session: its placement (`shards`), `plan`, and the transfers and jobs on it."""
+    """One session: its placement (`shards`), and the transfers and jobs on it."""
 
-    def __init__(self, client, spec, info):
+    def __init__(self, client, spec, native):
         self.client = client
         self.spec = spec
-        self.info = info
-        self.id = info.session_id
-        self.shards = list(info.shards)
-        self.ranges = [[(r.begin, r.end) for r in s.owned] for s in self.shards]
-        self.last_jobs = {}         # JobKind -> final Job of the last job of that kind
-        self.uploaded_bytes = {}    # TensorKind -> bytes sent to workers (all uploads)
+        self._s = native
+        self.id = native.id
+        self.shards = native.shards
+        self.ranges = [s["owned"] for s in self.shards]
+        self.heads = [(s["q_heads"], s["kv_heads"]) for s in self.shards]
+        self.last_jobs = {}         # "forward"/"backward" -> final job dict
+        self.uploaded_bytes = {}    # TensorKind -> bytes sent to workers
         self.released = False
-        try:
-            for rank, rs in enumerate(self.ranges):
-                _shards.validate_owned(rs, spec.seq_len, "shards[%d].owned" % rank)
-            # The heads each shard holds (all of them unless the plan splits heads: "heads").
-            self.heads = _shards.head_ranges(self.shards, spec)
-            _shards.check_head_cover(self.ranges, self.heads, spec)
-        except ValueError as e:
-            _release(client.stub, client._metadata, self.id, client.client_id, client.rpc_timeout)
-            raise DfaError(grpc.StatusCode.INTERNAL, str(e), "CreateSession placement") from None
-        self._finalizer = weakref.finalize(self, _release, client.stub, client._metadata, self.id,
-                                           client.client_id, 5.0)
 
     @property
     def num_workers(self):
@@ -204,184 +142,50 @@ class Session:
 
     def _check_open(self):
         if self.released:
-            raise ValueError("session: %s was released" % self.id)
+            from dfa.errors import DfaError
+            raise DfaError("FAILED_PRECONDITION", "session: %s was released" % self.id)
 
-    def _parallel(self, fn):
-        """Runs fn(rank) for every rank in parallel; raises the first error by rank."""
-        if self.num_workers == 1:
-            return [fn(0)]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=self.num_workers) as ex:
-            futs = [ex.submit(fn, r) for r in range(self.num_workers)]
-            return [f.result() for f in futs]
-
-    # -- transfers -----------------------------------------------------------------------------
-    def upload(self, kind, array, chunk_bytes=_shards.DEFAULT_CHUNK_BYTES):
-        """Sends the rows each worker owns of whole tensor `array` (Q, K, V or dO). Returns bytes."""
+    def upload(self, kind, array, path="auto", chunk_bytes=4 << 20):
+        """Sends the rows each worker owns of whole tensor `array` (Q, K, V or dO)."""
         self._check_open()
-        if kind not in (Q, K, V, DO):
-            raise ValueError("kind: uploads take Q, K, V or dO, got %s" % KIND_NAMES.get(kind, kind))
-        a = check_array(self.spec, kind, array)
-        if chunk_bytes < 1:
-            raise ValueError("chunk_bytes: must be >= 1, got %r" % (chunk_bytes,))
+        st = self._s.upload(kind, array, path=path, chunk_bytes=int(chunk_bytes))
+        self.uploaded_bytes[kind] = self.uploaded_bytes.get(kind, 0) + st["bytes"]
+        return st["bytes"]
 
-        def one(rank):
-            shard = self.shards[rank]
-            where = "Upload %s to worker %d (%s)" % (KIND_NAMES[kind], rank, shard.address)
-
-            def requests():
-                first = True
-                ar = _shards.head_view(a, kind, self.heads[rank])
-                for bi, b, e, data, crc in _shards.iter_chunks(ar, kind, self.ranges[rank], chunk_bytes):
-                    chunk = attention_pb2.TensorChunk(
-                        kind=kind, rows=attention_pb2.RowRange(begin=b, end=e), batch_index=bi,
-                        data=data, crc32c=crc)
-                    if first:
-                        first = False
-                        yield worker_pb2.UploadRequest(session_id=self.id,
-                                                       client_id=self.client.client_id, chunk=chunk)
-                    else:
-                        yield worker_pb2.UploadRequest(chunk=chunk)
-
-            return self._upload_stream(rank, requests(), where,
-                                       sum((e - b) for b, e in self.ranges[rank]) * a.shape[0]
-                                       * _shards.row_bytes(_shards.head_view(a, kind, self.heads[rank]),
-                                                           kind))
-
-        sent = sum(self._parallel(one))
-        self.uploaded_bytes[kind] = self.uploaded_bytes.get(kind, 0) + sent
-        return sent
-
-    def _upload_stream(self, rank, requests, where, expect_bytes=None):
-        stub = self.client.worker_stub(self.shards[rank].address)
-        try:
-            resp = stub.Upload(requests, timeout=self.client.rpc_timeout)
-        except grpc.RpcError as e:
-            raise DfaError.from_rpc(e, where) from None
-        if expect_bytes is not None and resp.bytes_received != expect_bytes:
-            raise DfaError(grpc.StatusCode.INTERNAL, "worker acknowledged %d bytes of %d sent"
-                           % (resp.bytes_received, expect_bytes), where)
-        return resp.bytes_received
-
-    def upload_chunks(self, rank, chunks):
-        """Sends caller-made TensorChunks to the worker of `rank` as one Upload stream (tests use
-        it for malformed chunks). Returns the UploadResponse's bytes_received."""
+    def download(self, kind, path="auto", chunk_bytes=4 << 20):
+        """Gathers the whole tensor of `kind` (O, LSE, dQ, dK, dV) from the workers."""
         self._check_open()
-        reqs = [worker_pb2.UploadRequest(chunk=c) for c in chunks]
-        if reqs:
-            reqs[0].session_id, reqs[0].client_id = self.id, self.client.client_id
-        return self._upload_stream(rank, iter(reqs), "Upload to worker %d" % rank)
+        return self._s.download(kind, path=path, chunk_bytes=int(chunk_bytes))
 
-    def download(self, kind, chunk_bytes=_shards.DEFAULT_CHUNK_BYTES):
-        """Gathers the whole tensor of `kind` (O, LSE, dQ, dK, dV) from the workers owning it."""
+    def upload_chunk(self, rank, kind, batch_index, begin, end, data, crc32c):
+        """Sends one caller-made chunk to the worker of `rank` (tests: malformed chunks)."""
         self._check_open()
-        if kind not in (O, LSE, DQ, DK, DV):
-            raise ValueError("kind: downloads take O, LSE, dQ, dK or dV, got %s"
-                             % KIND_NAMES.get(kind, kind))
-        out = np.empty(self.spec.shape(kind), dtype=self.spec.host_dtype(kind))
+        return self._s.upload_chunk(rank, kind, batch_index, begin, end, bytes(data), crc32c)
 
-        def one(rank):
-            shard = self.shards[rank]
-            where = "Download %s from worker %d (%s)" % (KIND_NAMES[kind], rank, shard.address)
-            stub = self.client.worker_stub(shard.address)
-            g = _shards.Gatherer(_shards.head_view(out, kind, self.heads[rank]), kind,
-                                 self.ranges[rank], where)
-            for b, e in self.ranges[rank]:
-                req = worker_pb2.DownloadRequest(
-                    session_id=self.id, client_id=self.client.client_id, kind=kind,
-                    rows=attention_pb2.RowRange(begin=b, end=e), chunk_bytes=int(chunk_bytes))
-                try:
-                    for chunk in stub.Download(req, timeout=self.client.rpc_timeout):
-                        g.apply(chunk)
-                except grpc.RpcError as err:
-                    raise DfaError.from_rpc(err, where) from None
-                except _shards.ChecksumError as err:
-                    raise DfaError(grpc.StatusCode.DATA_LOSS, str(err), where) from None
-                except ValueError as err:
-                    raise DfaError(grpc.StatusCode.INTERNAL, str(err), where) from None
-            try:
-                g.finish()
-            except ValueError as err:
-                raise DfaError(grpc.StatusCode.INTERNAL, str(err), where) from None
-            return g.bytes
-
-        self._parallel(one)
-        return out
-
-    def generate_inputs(self, seed, with_grad_output=False):
-        """Every worker fills its shard of Q, K, V (and dO) from `seed` (benchmarks)."""
+    def generate_inputs(self, seed, with_grad_output=True):
         self._check_open()
+        self._s.generate_inputs(seed, with_grad_output)
 
-        def one(rank):
-            stub = self.client.worker_stub(self.shards[rank].address)
-            try:
-                stub.GenerateInputs(worker_pb2.GenerateInputsRequest(
-                    session_id=self.id, client_id=self.client.client_id, seed=int(seed),
-                    with_grad_output=bool(with_grad_output)), timeout=self.client.rpc_timeout)
-            except grpc.RpcError as e:
-                raise DfaError.from_rpc(e, "GenerateInputs on worker %d" % rank) from None
+    def run(self, kind):
+        """Submits a job ("forward" | "backward") and follows it to its end; the final job dict.
+        Ctrl-C cancels the job."""
+        self._check_open()
+        job = self._s.run(self.client._c, kind)
+        self.last_jobs[kind] = job
+        return job
 
-        self._parallel(one)
-
-    # -- jobs ----------------------------------------------------------------------------------
     def submit(self, kind):
-        """Starts a job ("forward" / "backward" or a JobKind value); returns the Job."""
         self._check_open()
-        kind = {"forward": coordinator_pb2.JOB_FORWARD,
-                "backward": coordinator_pb2.JOB_BACKWARD}.get(kind, kind)
-        if kind not in (coordinator_pb2.JOB_FORWARD, coordinator_pb2.JOB_BACKWARD):
-            raise ValueError("kind: expected 'forward' or 'backward', got %r" % (kind,))
-        return self.client._call("SubmitJob", self.client.stub.SubmitJob,
-                                 coordinator_pb2.SubmitJobRequest(
-                                     session_id=self.id, kind=kind,
-                                     client_id=self.client.client_id))
+        return self._s.submit(kind)
 
-    def watch(self, job_id, observer=None):
-        """Follows a job to its final state (WatchJob stream; GetJob polling if the stream
-        breaks). Returns the final Job; JobFailedError unless it succeeded."""
-        c = self.client
-        deadline = time.monotonic() + c.job_timeout
-        job = None
-        try:
-            for job in c.stub.WatchJob(
-                    coordinator_pb2.GetJobRequest(job_id=job_id, client_id=c.client_id),
-                    timeout=c.job_timeout, metadata=c._metadata):
-                if observer:
-                    observer(job)
-                if job.state in _FINAL:
-                    break
-        except grpc.RpcError as e:
-            if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED,
-                                grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
-                raise DfaError.from_rpc(e, "WatchJob %s" % job_id) from None
-        while job is None or job.state not in _FINAL:
-            if time.monotonic() > deadline:
-                raise DfaError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                               "job not finished after %.0f s" % c.job_timeout, "job " + job_id)
-            job = c.get_job(job_id)
-            if observer:
-                observer(job)
-            if job.state not in _FINAL:
-                time.sleep(0.02)
-        self.last_jobs[job.kind] = job
-        if job.state == coordinator_pb2.JOB_SUCCEEDED:
-            return job
-        name = coordinator_pb2.JobKind.Name(job.kind)
-        if job.state == coordinator_pb2.JOB_CANCELLED:
-            raise JobFailedError(job, grpc.StatusCode.CANCELLED, job.error_message or "cancelled",
-                                 "%s job %s" % (name, job_id))
-        raise JobFailedError(job, status_code(job.error_code), job.error_message,
-                             "%s job %s" % (name, job_id))
+    def watch(self, job_id):
+        return self._s.watch(job_id)
 
-    def run(self, kind, observer=None):
-        """submit + watch."""
-        return self.watch(self.submit(kind).job_id, observer)
-
-    # -- the training flow ---------------------------------------------------------------------
     def forward(self, q, k, v, download_lse=True):
-        """Uploads Q, K, V, runs the forward job, returns (O, LSE) (LSE None if not asked).
-        The workers keep Q, K, V, O and LSE for backward()."""
+        """Uploads Q, K, V, runs the forward job, returns (O, LSE or None). All three arrays are
+        checked before anything is sent."""
         for kind, a in ((Q, q), (K, k), (V, v)):
-            check_array(self.spec, kind, a)  # all three checked before anything is sent
+            self._s.check_input(kind, a)
         for kind, a in ((Q, q), (K, k), (V, v)):
             self.upload(kind, a)
         self.run("forward")
@@ -389,9 +193,8 @@ class Session:
         return o, (self.download(LSE) if download_lse else None)
 
     def backward(self, do):
-        """Uploads ONLY dO, runs the backward job (no forward recompute, no Q/K/V re-send),
-        returns (dQ, dK, dV). FAILED_PRECONDITION before a forward."""
-        check_array(self.spec, DO, do, "dO")
+        """Uploads ONLY dO, runs the backward job, returns (dQ, dK, dV)."""
+        self._s.check_input(DO, do)
         self.upload(DO, do)
         self.run("backward")
         return self.download(DQ), self.download(DK), self.download(DV)
@@ -401,15 +204,13 @@ class Session:
         if self.released:
             return
         self.released = True
-        self._finalizer.detach()
-        self.client._call("ReleaseSession", self.client.stub.ReleaseSession,
-                          coordinator_pb2.ReleaseSessionRequest(session_id=self.id,
-                                                                client_id=self.client.client_id))
+        self._s.release()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        from dfa.errors import DfaError
         try:
             self.release()
         except DfaError:

@@ -1,19 +1,14 @@
-"""Errors of the dfa package.
+"""Errors of the dfa package: every failure of the C++ client library arrives as a DfaError.
 
-* ValueError: a bad input caught on the client, before anything is sent; the message names the
-  field (``q_heads: 6 is not a multiple of kv_heads = 4``).
-* DfaError: the service answered with a gRPC status (``code`` is a grpc.StatusCode, ``details``
-  the server's message naming the field), or a job ended in JOB_FAILED / JOB_CANCELLED.
+* ``DfaError``: ``code`` is the status code's name ("UNAVAILABLE", "INVALID_ARGUMENT",
+  "DEADLINE_EXCEEDED", ...), ``details`` the message, which names the argument or field
+  (``spec.q_heads: must be a multiple of kv_heads (4), got 6``) or the unreachable address and
+  the call (``CreateSession: failed to connect to all addresses ...``). A failed job carries the
+  job's own code and reason (UNAVAILABLE when a worker was lost).
+* ``InvalidArgumentError`` (code INVALID_ARGUMENT) is also a ``ValueError``: bad inputs caught
+  before anything is sent, and the service's refusals of a spec or a chunk.
+* ``DeadlineExceededError`` is also a ``TimeoutError``.
 """
-
-import grpc
-
-_BY_VALUE = {c.value[0]: c for c in grpc.StatusCode}
-
-
-def status_code(value):
-    """grpc.StatusCode for a numeric code (Job.error_code), UNKNOWN when out of range."""
-    return _BY_VALUE.get(int(value), grpc.StatusCode.UNKNOWN)
 
 
 class DfaError(Exception):
@@ -21,18 +16,21 @@ class DfaError(Exception):
         self.code = code
         self.details = details
         self.what = what
-        super().__init__("%s%s: %s" % (what + ": " if what else "", code.name, details))
-
-    @classmethod
-    def from_rpc(cls, err, what):
-        code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-        details = err.details() if hasattr(err, "details") else str(err)
-        return cls(code, details or "", what)
+        super().__init__("%s%s: %s" % (what + ": " if what else "", code, details))
 
 
-class JobFailedError(DfaError):
-    """A job reached JOB_FAILED or JOB_CANCELLED; ``job`` is the final Job message."""
+class InvalidArgumentError(DfaError, ValueError):
+    """INVALID_ARGUMENT: the message names the argument or field first."""
 
-    def __init__(self, job, code, details, what):
-        self.job = job
-        super().__init__(code, details, what)
+
+class DeadlineExceededError(DfaError, TimeoutError):
+    """DEADLINE_EXCEEDED: a call or a job ran past its deadline."""
+
+
+_BY_CODE = {"INVALID_ARGUMENT": InvalidArgumentError, "DEADLINE_EXCEEDED": DeadlineExceededError}
+
+
+def from_status(code, name, message):
+    """The exception for an absl::Status (the extension raises what this returns)."""
+    del code  # the name says it
+    return _BY_CODE.get(name, DfaError)(name, message)

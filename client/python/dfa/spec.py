@@ -5,13 +5,18 @@ Layouts follow proto/dfa/v1/attention.proto: every tensor except LSE is "BSHD",
 tensor is a numpy uint16 array holding the bf16 bit patterns (numpy has no bfloat16);
 ``to_bf16`` / ``from_bf16`` convert (round to nearest even, NaN kept NaN).
 
-Every check raises ValueError naming the offending field, before anything is sent.
+AttentionSpec.validate is the service's own check (core/spec_validation.cc ValidateSpec through
+the extension), so its errors are the service's: dfa.InvalidArgumentError (a ValueError) worded
+"spec.<field>: <what>, got <value>". The limits (largest batch, heads, head_dim, seq_len) are
+the daemons' to apply.
 """
 
 import dataclasses
 import math
 
 import numpy as np
+
+from dfa.errors import InvalidArgumentError
 
 # Names accepted for `dtype`, mapped to (proto DType value, numpy dtype on the host).
 _DTYPES = {
@@ -30,7 +35,8 @@ def canonical_dtype(dtype):
     """'bf16' | 'f16' | 'f32' for any accepted spelling; ValueError naming `dtype` otherwise."""
     key = str(dtype).lower()
     if key not in _DTYPES:
-        raise ValueError("dtype: %r is not one of bf16, f16, f32" % (dtype,))
+        raise InvalidArgumentError("INVALID_ARGUMENT",
+                                   "spec.dtype: must be bf16, f16 or f32, got %r" % (dtype,))
     return _CANONICAL[_DTYPES[key][0]]
 
 
@@ -104,7 +110,8 @@ class AttentionSpec:
         for name in ("batch", "seq_len", "q_heads", "head_dim", "kv_heads"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise ValueError("%s: must be an integer, got %r" % (name, v))
+                raise InvalidArgumentError("INVALID_ARGUMENT",
+                                           "spec.%s: must be an integer, got %r" % (name, v))
             object.__setattr__(self, name, int(v))
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.q_heads)
@@ -114,15 +121,13 @@ class AttentionSpec:
         self.validate()
 
     def validate(self):
-        for name in ("batch", "seq_len", "q_heads", "kv_heads", "head_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError("%s: must be >= 1, got %d" % (name, getattr(self, name)))
-        if self.q_heads % self.kv_heads != 0:
-            raise ValueError("q_heads: %d is not a multiple of kv_heads = %d"
-                             % (self.q_heads, self.kv_heads))
-        if not math.isfinite(self.softmax_scale) or self.softmax_scale < 0:
-            raise ValueError("softmax_scale: must be finite and >= 0 (0: 1/sqrt(head_dim)), got %r"
-                             % self.softmax_scale)
+        """ValidateSpec's checks and messages (the extension runs the C++ function)."""
+        from dfa import _dfa
+        _dfa.validate_spec(**self.as_dict())
+
+    def as_dict(self):
+        """The fields as the extension takes them."""
+        return dataclasses.asdict(self)
 
     @property
     def scale(self):
@@ -139,29 +144,7 @@ class AttentionSpec:
     def host_dtype(self, kind):
         return np.dtype(np.float32) if kind == LSE else host_dtype(self.dtype)
 
-    def to_proto(self, attention_pb2):
-        return attention_pb2.AttentionSpec(
-            batch=self.batch, q_heads=self.q_heads, kv_heads=self.kv_heads,
-            head_dim=self.head_dim, seq_len=self.seq_len, causal=self.causal,
-            dtype=_DTYPES[self.dtype][0], softmax_scale=self.softmax_scale)
-
     def forward_flops(self):
-        """4·B·H·S²·D, halved when causal (ANCHORS.md); backward is 2.5x."""
+        """4·B·H·S²·D, halved when causal; backward is 2.5x."""
         f = 4.0 * self.batch * self.q_heads * float(self.seq_len) ** 2 * self.head_dim
         return f / 2 if self.causal else f
-
-
-def check_array(spec, kind, a, name=None):
-    """Checks that `a` is the whole tensor of `kind` under `spec`; returns it C-contiguous."""
-    name = name or KIND_NAMES.get(kind, str(kind))
-    if not isinstance(a, np.ndarray):
-        raise ValueError("%s: expected a numpy array, got %s" % (name, type(a).__name__))
-    want_shape = spec.shape(kind)
-    if a.shape != want_shape:
-        raise ValueError("%s: shape %s does not match the spec's %s [batch, seq_len, heads, "
-                         "head_dim]" % (name, tuple(a.shape), want_shape))
-    want = spec.host_dtype(kind)
-    if a.dtype != want:
-        raise ValueError("%s: dtype %s does not match the spec's %s (host dtype %s)"
-                         % (name, a.dtype, spec.dtype, want))
-    return np.ascontiguousarray(a)

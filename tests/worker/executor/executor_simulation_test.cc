@@ -8,10 +8,10 @@
 #include <string>
 #include <tuple>
 
-#include "coordinator/plan_coalescing.h"
-#include "coordinator/planner/plan_checker.h"
-#include "coordinator/planner/plan_builder.h"
-#include "coordinator/planner/planner.h"
+#include "core/planner/plan_coalescing.h"
+#include "core/planner/plan_checker.h"
+#include "core/planner/plan_builder.h"
+#include "core/planner/planner.h"
 #include "gtest/gtest.h"
 #include "kernels/reference/reference_attention.h"
 #include "tests/worker/executor/simulation_test_util.h"
@@ -31,7 +31,7 @@ class SimulationTest : public ::testing::TestWithParam<Param> {};
 TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   const auto [schedule, P, causal] = GetParam();
   if (schedule == "distflash" && P % 2 != 0) GTEST_SKIP() << "distflash is defined for even P";
-  SessionShape shape;
+  AttentionShape shape;
   shape.batch = P % 2 + 1;                 // batch 2 for odd P: exercises strided packing
   shape.q_heads = 4;
   shape.kv_heads = P % 3 == 0 ? 1 : 2;     // MQA and GQA
@@ -258,7 +258,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // bf16 inputs: partials stay fp32, so the error is that of the rounded inputs, not growing with P.
 TEST(SimulationBf16Test, BalancedP5MatchesReferenceOnRoundedInputs) {
-  SessionShape shape;
+  AttentionShape shape;
   shape.batch = 1;
   shape.q_heads = 4;
   shape.kv_heads = 2;

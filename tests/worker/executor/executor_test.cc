@@ -2,9 +2,9 @@
 #include <cmath>
 #include <thread>
 
-#include "coordinator/planner/planner.h"
+#include "core/planner/planner.h"
 #include "gtest/gtest.h"
-#include "worker/executor/inproc_transport.h"
+#include "worker/transport/inproc_transport.h"
 #include "worker/executor/plan_executor.h"
 #include "worker/executor/session_storage.h"
 #include "worker/executor/simulator.h"
@@ -40,7 +40,7 @@ Plan OneWorkerPlan(int64_t seq, bool causal, std::vector<std::vector<ComputeOp>>
 
 TEST(SessionStorageTest, BytesAndLocalRows) {
   auto backend = Cpu();
-  SessionShape shape{2, 4, 2, 8, DType::kBF16};
+  AttentionShape shape{2, 4, 2, 8, DType::kBF16};
   auto st = SessionStorage::Create(backend.get(), shape, {{0, 5}, {20, 23}});
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ((*st)->rows(), 8);
@@ -54,11 +54,11 @@ TEST(SessionStorageTest, BytesAndLocalRows) {
 
 TEST(SessionStorageTest, RejectsBadShapesAndRanges) {
   auto backend = Cpu();
-  EXPECT_EQ(SessionStorage::Create(backend.get(), SessionShape{1, 3, 2, 8, DType::kF32}, {{0, 4}})
+  EXPECT_EQ(SessionStorage::Create(backend.get(), AttentionShape{1, 3, 2, 8, DType::kF32}, {{0, 4}})
                 .status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(SessionStorage::Create(backend.get(), SessionShape{}, {{4, 8}, {0, 2}}).ok());
-  EXPECT_FALSE(SessionStorage::Create(backend.get(), SessionShape{}, {}).ok());
+  EXPECT_FALSE(SessionStorage::Create(backend.get(), AttentionShape{}, {{4, 8}, {0, 2}}).ok());
+  EXPECT_FALSE(SessionStorage::Create(backend.get(), AttentionShape{}, {}).ok());
 }
 
 TEST(PlanExecutorTest, RejectsStorageThatDoesNotMatchThePlan) {
@@ -67,7 +67,7 @@ TEST(PlanExecutorTest, RejectsStorageThatDoesNotMatchThePlan) {
   ASSERT_TRUE(plan.ok());
   auto hub = *CreateInprocHub(2);
   auto t = *CreateInprocTransport(hub, 0);
-  auto st = *SessionStorage::Create(backend.get(), SessionShape{1, 1, 1, 8, DType::kF32}, {{0, 7}});
+  auto st = *SessionStorage::Create(backend.get(), AttentionShape{1, 1, 1, 8, DType::kF32}, {{0, 7}});
   PlanExecutor ex(backend.get(), t.get(), st.get());
   EXPECT_EQ(ex.RunForward(*plan).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -84,7 +84,7 @@ TEST(PlanExecutorTest, RejectsStorageWithOtherHeadsThanThePlan) {
   auto hub = *CreateInprocHub(2);
   auto t = *CreateInprocTransport(hub, 1);
   // All heads (2 kv heads) where the plan gives worker 1 one.
-  auto st = *SessionStorage::Create(backend.get(), SessionShape{1, 4, 2, 8, DType::kF32}, {{0, 16}});
+  auto st = *SessionStorage::Create(backend.get(), AttentionShape{1, 4, 2, 8, DType::kF32}, {{0, 16}});
   PlanExecutor ex(backend.get(), t.get(), st.get());
   const absl::Status s = ex.RunForward(*plan).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -96,7 +96,7 @@ TEST(PlanExecutorTest, RejectsStorageWithOtherHeadsThanThePlan) {
   in.v.assign(16 * 2 * 8, 0.5f);
   Plan wide = *plan;
   wide.workers[1].kv_heads = {1, 3};
-  auto sim = Simulate(wide, SessionShape{1, 4, 2, 8, DType::kF32}, in);
+  auto sim = Simulate(wide, AttentionShape{1, 4, 2, 8, DType::kF32}, in);
   EXPECT_EQ(sim.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(sim.status().message().find("plan.workers[1].kv_heads"), absl::string_view::npos)
       << sim.status();
@@ -108,7 +108,7 @@ TEST(PlanExecutorTest, CancelFlagStopsThePass) {
   ASSERT_TRUE(plan.ok());
   auto hub = *CreateInprocHub(2);
   auto t = *CreateInprocTransport(hub, 1);
-  auto st = *SessionStorage::Create(backend.get(), SessionShape{1, 1, 1, 8, DType::kF32},
+  auto st = *SessionStorage::Create(backend.get(), AttentionShape{1, 1, 1, 8, DType::kF32},
                                     plan->workers[1].owned);
   std::atomic<bool> cancel{true};
   ExecutorOptions opt;
@@ -123,7 +123,7 @@ TEST(PlanExecutorTest, LostPeerTimesOutInsteadOfHanging) {
   ASSERT_TRUE(plan.ok());
   auto hub = *CreateInprocHub(2);
   auto t = *CreateInprocTransport(hub, 1);  // worker 0 never runs
-  auto st = *SessionStorage::Create(backend.get(), SessionShape{1, 1, 1, 8, DType::kF32},
+  auto st = *SessionStorage::Create(backend.get(), AttentionShape{1, 1, 1, 8, DType::kF32},
                                     plan->workers[1].owned);
   ExecutorOptions opt;
   opt.step_timeout = absl::Milliseconds(50);
@@ -134,7 +134,7 @@ TEST(PlanExecutorTest, LostPeerTimesOutInsteadOfHanging) {
 TEST(PlanExecutorTest, ReportsStepStatsThatAddUp) {
   auto plan = MakePlan({"distflash", 4, 64, true, {}});
   ASSERT_TRUE(plan.ok());
-  SessionShape shape{1, 2, 1, 8, DType::kF32};
+  AttentionShape shape{1, 2, 1, 8, DType::kF32};
   const size_t nq = 64 * 2 * 8, nk = 64 * 8;
   SimulationInputs in{std::vector<float>(nq, 0.5f), std::vector<float>(nk, 0.25f),
                       std::vector<float>(nk, 1.f), std::vector<float>(nq, 1.f)};
@@ -169,7 +169,7 @@ TEST(PlanExecutorTest, CallsOverPartlyWrittenRowsInitialiseTheRest) {
   const Plan pieces =
       OneWorkerPlan(16, false, {{{{8, 16}, {0, 8}}}, {{{0, 16}, {8, 16}}}, {{{0, 8}, {0, 8}}}});
   const Plan whole = OneWorkerPlan(16, false, {{{{0, 16}, {0, 16}}}});
-  SessionShape shape{2, 2, 1, 8, DType::kF32};
+  AttentionShape shape{2, 2, 1, 8, DType::kF32};
   const size_t nq = 2 * 16 * 2 * 8, nk = 2 * 16 * 8;
   SimulationInputs in;
   for (size_t i = 0; i < nq; ++i) in.q.push_back(static_cast<float>((i * 37) % 11) / 11 - 0.5f);
@@ -189,7 +189,7 @@ TEST(PlanExecutorTest, CallsOverPartlyWrittenRowsInitialiseTheRest) {
 // writes O in bf16 straight into storage, no fp32 accumulator) equals the same pass done in
 // pieces through the accumulator (merges in fp32, one rounding at the end) to bf16 rounding.
 TEST(PlanExecutorTest, SingleWriterBf16ForwardMatchesAccumulatedPieces) {
-  SessionShape shape{2, 4, 2, 16, DType::kBF16};
+  AttentionShape shape{2, 4, 2, 16, DType::kBF16};
   const size_t nq = 2 * 24 * 4 * 16, nk = 2 * 24 * 2 * 16;
   SimulationInputs in;
   for (size_t i = 0; i < nq; ++i) in.q.push_back(static_cast<float>((i * 37) % 11) / 11 - 0.5f);

@@ -1,0 +1,249 @@
+"""The sessions behind dfa.torch: a registry of live layer jobs keyed by an int handle (custom ops
+take tensors and simple types, so the op receives the handle), and _LayerJob, which keeps one
+session per layer across steps.
+
+A _LayerJob owns one dfa._dfa.AttentionJob per spec: the session is created by the first
+forward and kept, so later steps make no CreateSession/Release calls; it is re-created only when
+the shape (spec) changes or the session was lost (NOT_FOUND after a coordinator restart). Every
+forward gets a generation number; the token tensor the op returns carries (handle, generation)
+to the backward. A backward whose generation is not the one the workers hold (the same layer
+ran another forward in between: gradient accumulation over micro-batches forwarded together, a
+layer used twice) first re-runs that forward from the tensors autograd saved — counted in
+stats["reforwards"] — so it is never computed from another forward's state.
+
+Retries after a lost worker are the C++ AttentionJob's (a new session on the live workers,
+inputs re-sent, at most max_retries); each is logged on the "dfa" logger and counted.
+"""
+
+import itertools
+import logging
+import threading
+import weakref
+
+import numpy as np
+import torch
+
+from dfa import _dfa
+from dfa.errors import DfaError, InvalidArgumentError
+from dfa.spec import AttentionSpec
+
+log = logging.getLogger("dfa")
+
+_TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+_lock = threading.Lock()
+_entries = {}
+_ids = itertools.count(1)
+
+
+def register(entry):
+    with _lock:
+        handle = next(_ids)
+        _entries[handle] = entry
+    return handle
+
+
+def lookup(handle):
+    with _lock:
+        return _entries.get(handle)
+
+
+def unregister(handle):
+    with _lock:
+        entry = _entries.pop(handle, None)
+    if entry is not None and isinstance(entry, _LayerJob):
+        entry.release(quiet=True)
+
+
+def to_host(t):
+    """A CPU, C-contiguous view of `t` the extension reads in place (bf16 as torch.bfloat16)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    return t.contiguous()
+
+
+def from_host(a, like):
+    """numpy array from the extension (owning its bytes) -> torch tensor of `like`'s dtype and
+    device; no copy on the CPU."""
+    t = torch.from_numpy(a)
+    if like.dtype == torch.bfloat16:
+        t = t.view(torch.int16).view(torch.bfloat16) if a.dtype == np.uint16 else t
+    if t.device != like.device:
+        t = t.to(like.device)
+    return t
+
+
+def spec_of(q, k, is_causal, scale):
+    """The AttentionSpec of BSHD q [B, S, Hq, D] and k [B, S, Hkv, D]."""
+    b, s, hq, d = q.shape
+    return AttentionSpec(batch=b, seq_len=s, q_heads=hq, kv_heads=k.shape[2], head_dim=d,
+                         causal=bool(is_causal), dtype=_TORCH_DTYPES[q.dtype],
+                         softmax_scale=float(scale))
+
+
+class ClientEntry:
+    """A dfa.Client registered for the functional form: each call gets a one-shot _LayerJob."""
+
+    def __init__(self, client, options):
+        self.client = client
+        self.options = options
+
+
+class _LayerJob:
+    """One layer's session across steps (see the module docstring). Thread-safe."""
+
+    def __init__(self, client, num_workers=0, schedule="", max_retries=1, path="auto",
+                 recovery_timeout=15.0, one_shot=False):
+        self.client = client
+        self.options = dict(num_workers=num_workers, schedule=schedule, max_retries=max_retries,
+                            path=path, recovery_timeout=float(recovery_timeout))
+        self.one_shot = one_shot
+        self._job = None
+        self._spec = None
+        self._generation = 0
+        self._live = None          # generation whose forward state the workers hold
+        self._session_id = ""
+        self._lock = threading.Lock()
+        self.stats = {"sessions": 0, "forwards": 0, "backwards": 0, "reforwards": 0,
+                      "retries": 0, "lost_sessions": 0}
+
+    @property
+    def session_id(self):
+        return self._session_id
+
+    def _ensure(self, spec):
+        if self._job is not None and self._spec == spec:
+            return
+        self._drop()
+        self._job = _dfa.AttentionJob(self.client._c, spec.as_dict(), **self.options)
+        self._spec = spec
+
+    def _drop(self):
+        if self._job is not None:
+            try:
+                self._job.release()
+            except DfaError as e:  # best effort: a lost worker or coordinator may not answer
+                log.warning("dfa.torch: releasing session %s: %s", self._session_id, e)
+        self._job = None
+        self._live = None
+        self._session_id = ""
+
+    def _note(self):
+        for reason in self._job.take_retry_log():
+            self.stats["retries"] += 1
+            log.warning("dfa.torch: retried on a new session after: %s", reason)
+        sid = self._job.session_id
+        if sid and sid != self._session_id:
+            self.stats["sessions"] += 1
+            self._session_id = sid
+
+    def _forward_locked(self, spec, q, k, v):
+        self._ensure(spec)
+        for attempt in range(2):
+            try:
+                o, _, _ = self._job.forward(q, k, v)
+                break
+            except DfaError as e:
+                self._note()
+                # A coordinator that restarted no longer knows the session: a new one, once.
+                if e.code != "NOT_FOUND" or attempt == 1:
+                    self._live = None
+                    raise
+                self.stats["lost_sessions"] += 1
+                log.warning("dfa.torch: session %s lost (%s); creating a new one",
+                            self._session_id, e.details)
+                self._drop()
+                self._ensure(spec)
+        self._note()
+        return o
+
+    def forward(self, spec, q, k, v, need_grad):
+        """O (numpy) of host tensors q, k, v; the generation for the backward."""
+        with self._lock:
+            o = self._forward_locked(spec, q, k, v)
+            self.stats["forwards"] += 1
+            self._generation += 1
+            self._live = self._generation
+            if not need_grad:
+                self._job.forget_inputs()  # nothing kept for a backward
+            return o, self._generation
+
+    def backward(self, spec, generation, grad_out, q, k, v):
+        """(dQ, dK, dV) numpy; re-runs the forward of `generation` from q, k, v when the workers
+        hold another one's state (or none)."""
+        with self._lock:
+            if self._live != generation or self._job is None or self._spec != spec:
+                self.stats["reforwards"] += 1
+                self._forward_locked(spec, q, k, v)
+                self._live = generation
+            for attempt in range(2):
+                try:
+                    dq, dk, dv, _ = self._job.backward(grad_out)
+                    break
+                except DfaError as e:
+                    self._note()
+                    if e.code != "NOT_FOUND" or attempt == 1:
+                        raise
+                    self.stats["lost_sessions"] += 1
+                    log.warning("dfa.torch: session %s lost (%s); re-running the forward on a "
+                                "new one", self._session_id, e.details)
+                    self._drop()
+                    self._forward_locked(spec, q, k, v)
+                    self._live = generation
+            self._note()
+            self.stats["backwards"] += 1
+            return dq, dk, dv
+
+    def release(self, quiet=False):
+        with self._lock:
+            if quiet:
+                self._drop()
+            else:
+                job, self._job = self._job, None
+                self._live, self._session_id = None, ""
+                if job is not None:
+                    job.release()
+
+
+def layer_for(handle):
+    """The _LayerJob behind `handle`, or a new one-shot job for a registered client (returned with
+    its own handle). RuntimeError when the handle is not live."""
+    entry = lookup(handle)
+    if entry is None:
+        raise RuntimeError("dfa.torch: handle %d is not a live layer or client (released?)"
+                           % handle)
+    if isinstance(entry, ClientEntry):
+        job = _LayerJob(entry.client, one_shot=True, **entry.options)
+        return job, register(job)
+    return entry, handle
+
+
+def register_client(client, options):
+    """The handle of `client` for the functional form (one per client and options, kept while
+    the client lives)."""
+    key = tuple(sorted(options.items()))
+    cache = _client_handles.setdefault(id(client), {})
+    handle = cache.get(key)
+    if handle is None or lookup(handle) is None:
+        handle = register(ClientEntry(client, dict(options)))
+        cache[key] = handle
+        weakref.finalize(client, _forget_client, id(client))
+    return handle
+
+
+_client_handles = {}
+
+
+def _forget_client(client_id):
+    for handle in _client_handles.pop(client_id, {}).values():
+        unregister(handle)
+
+
+def check_client(client):
+    from dfa.client import Client
+    if client is None:
+        raise InvalidArgumentError("INVALID_ARGUMENT", "client: None; pass a dfa.Client "
+                                   "(dfa.Client('host:port')) or use dfa.torch.Attention(client)")
+    if not isinstance(client, Client):
+        raise InvalidArgumentError("INVALID_ARGUMENT", "client: expected a dfa.Client, got %s"
+                                   % type(client).__name__)

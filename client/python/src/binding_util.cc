@@ -1,0 +1,179 @@
+#include "binding_util.h"
+
+#include <nanobind/stl/string.h>
+
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "client/host_tensor.h"
+
+namespace dfa::python {
+
+void ThrowInvalid(const std::string& message) {
+  throw StatusError(absl::InvalidArgumentError(message));
+}
+
+void RegisterStatusTranslator() {
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      const absl::Status& s = e.status();
+      nb::object err = nb::module_::import_("dfa.errors")
+                           .attr("from_status")(static_cast<int>(s.code()),
+                                                absl::StatusCodeToString(s.code()),
+                                                std::string(s.message()));
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+    }
+  });
+}
+
+nb::dict JobToDict(const v1::Job& job) {
+  nb::dict d;
+  d["job_id"] = job.job_id();
+  d["session_id"] = job.session_id();
+  d["kind"] = v1::JobKind_Name(job.kind());
+  d["state"] = v1::JobState_Name(job.state());
+  d["steps_done"] = job.steps_done();
+  d["steps_total"] = job.steps_total();
+  d["error_code"] = job.error_code();
+  d["error_message"] = job.error_message();
+  d["wall_seconds"] = job.wall_seconds();
+  d["flops"] = job.flops();
+  nb::list workers;
+  for (const auto& w : job.workers()) {
+    nb::dict wd;
+    wd["rank"] = w.rank();
+    wd["busy_seconds"] = w.busy_seconds();
+    wd["idle_seconds"] = w.idle_seconds();
+    wd["bytes_sent"] = w.bytes_sent();
+    wd["bytes_received"] = w.bytes_received();
+    wd["kernel_launches"] = w.kernel_launches();
+    workers.append(wd);
+  }
+  d["workers"] = workers;
+  return d;
+}
+
+nb::dict WorkerToDict(const v1::WorkerInfo& w) {
+  nb::dict d;
+  d["worker_id"] = w.worker_id();
+  d["address"] = w.address();
+  d["host"] = w.host();
+  d["backend"] = w.backend();
+  d["device"] = w.device();
+  d["memory_limit_bytes"] = w.memory_limit_bytes();
+  d["memory_used_bytes"] = w.memory_used_bytes();
+  d["speed"] = w.speed();
+  d["last_seen_seconds"] = w.last_seen_seconds();
+  d["alive"] = w.alive();
+  return d;
+}
+
+nb::dict StatusToDict(const v1::ClusterStatus& s) {
+  nb::dict d;
+  d["live_workers"] = s.live_workers();
+  d["sessions"] = s.sessions();
+  d["jobs_running"] = s.jobs_running();
+  d["jobs_queued"] = s.jobs_queued();
+  d["memory_used_bytes"] = s.memory_used_bytes();
+  d["memory_limit_bytes"] = s.memory_limit_bytes();
+  return d;
+}
+
+nb::dict ShardToDict(const v1::ShardPlacement& s) {
+  nb::dict d;
+  d["rank"] = s.rank();
+  d["worker_id"] = s.worker_id();
+  d["address"] = s.address();
+  d["host"] = s.host();
+  nb::list owned;
+  for (const auto& r : s.owned()) owned.append(nb::make_tuple(r.begin(), r.end()));
+  d["owned"] = owned;
+  d["q_heads"] = nb::make_tuple(s.q_heads().begin(), s.q_heads().end());
+  d["kv_heads"] = nb::make_tuple(s.kv_heads().begin(), s.kv_heads().end());
+  return d;
+}
+
+nb::dict SpecToDict(const v1::AttentionSpec& spec) {
+  nb::dict d;
+  d["batch"] = spec.batch();
+  d["seq_len"] = spec.seq_len();
+  d["q_heads"] = spec.q_heads();
+  d["kv_heads"] = spec.kv_heads();
+  d["head_dim"] = spec.head_dim();
+  d["causal"] = spec.causal();
+  d["dtype"] = spec.dtype() == v1::DTYPE_BF16 ? "bf16" : spec.dtype() == v1::DTYPE_F16 ? "f16" : "f32";
+  d["softmax_scale"] = spec.softmax_scale();
+  return d;
+}
+
+v1::AttentionSpec MakeSpec(int batch, int64_t seq_len, int q_heads, int kv_heads, int head_dim,
+                           bool causal, const std::string& dtype, double softmax_scale) {
+  v1::AttentionSpec spec;
+  spec.set_batch(batch);
+  spec.set_seq_len(seq_len);
+  spec.set_q_heads(q_heads);
+  spec.set_kv_heads(kv_heads == 0 ? q_heads : kv_heads);
+  spec.set_head_dim(head_dim);
+  spec.set_causal(causal);
+  const std::string d = absl::AsciiStrToLower(dtype);
+  if (d == "bf16" || d == "bfloat16") {
+    spec.set_dtype(v1::DTYPE_BF16);
+  } else if (d == "f16" || d == "fp16" || d == "float16") {
+    spec.set_dtype(v1::DTYPE_F16);
+  } else if (d == "f32" || d == "fp32" || d == "float32") {
+    spec.set_dtype(v1::DTYPE_F32);
+  } else {
+    ThrowInvalid(absl::StrCat("spec.dtype: must be bf16, f16 or f32, got '", dtype, "'"));
+  }
+  spec.set_softmax_scale(static_cast<float>(softmax_scale));
+  Check(client::ValidateSpec(spec));
+  return spec;
+}
+
+v1::JobKind ParseJobKind(const std::string& name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "forward") return v1::JOB_FORWARD;
+  if (n == "backward") return v1::JOB_BACKWARD;
+  ThrowInvalid(absl::StrCat("kind: must be 'forward' or 'backward', got '", name, "'"));
+}
+
+v1::TensorKind ParseTensorKind(int kind, const char* what) {
+  if (kind < v1::TENSOR_Q || kind > v1::TENSOR_DV) {
+    ThrowInvalid(absl::StrCat(what, ": not a tensor kind (dfa.Q .. dfa.DV), got ", kind));
+  }
+  return static_cast<v1::TensorKind>(kind);
+}
+
+TransferOptions MakeTransferOptions(const std::string& path, int64_t chunk_bytes,
+                                    int64_t segment_bytes) {
+  TransferOptions o;
+  const std::string p = absl::AsciiStrToLower(path);
+  if (p == "auto") {
+    o.path = client::TransferPath::kAuto;
+  } else if (p == "grpc") {
+    o.path = client::TransferPath::kGrpc;
+  } else if (p == "shm" || p == "shared_memory") {
+    o.path = client::TransferPath::kSharedMemory;
+  } else {
+    ThrowInvalid(absl::StrCat("path: must be 'auto', 'grpc' or 'shm', got '", path, "'"));
+  }
+  if (chunk_bytes < 1) ThrowInvalid(absl::StrCat("chunk_bytes: must be >= 1, got ", chunk_bytes));
+  if (segment_bytes < 2) {
+    ThrowInvalid(absl::StrCat("segment_bytes: must be >= 2, got ", segment_bytes));
+  }
+  o.chunk_bytes = chunk_bytes;
+  o.segment_bytes = segment_bytes;
+  return o;
+}
+
+absl::Duration Seconds(double s, const char* what) {
+  if (!std::isfinite(s) || s <= 0) {
+    ThrowInvalid(absl::StrCat(what, ": must be a positive number of seconds, got ", s));
+  }
+  return absl::Seconds(s);
+}
+
+}  // namespace dfa::python

@@ -1,0 +1,120 @@
+// Shared pieces of the Python extension dfa._dfa (client/python/src): how an absl::Status
+// becomes a Python exception, how a blocking call runs without the GIL while Ctrl-C still
+// works, and the conversions of the protocol's messages and names to Python values.
+//
+// Errors: every failed status is thrown as StatusError; the translator registered by
+// RegisterStatusTranslator turns it into dfa.errors.from_status(code, name, message): a
+// dfa.DfaError with `code` (the status code's name, e.g. "UNAVAILABLE"), and for
+// INVALID_ARGUMENT a dfa.InvalidArgumentError, which is also a ValueError.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "client/client.h"
+#include "core/status.h"
+
+namespace dfa::python {
+
+namespace nb = nanobind;
+using client::TransferOptions;
+
+class StatusError : public std::exception {
+ public:
+  explicit StatusError(absl::Status status)
+      : status_(std::move(status)), what_(status_.ToString()) {}
+  const absl::Status& status() const { return status_; }
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  absl::Status status_;
+  std::string what_;
+};
+
+inline void Check(const absl::Status& s) {
+  if (!s.ok()) throw StatusError(s);
+}
+template <typename T>
+T Value(absl::StatusOr<T> v) {
+  if (!v.ok()) throw StatusError(v.status());
+  return std::move(*v);
+}
+// An INVALID_ARGUMENT StatusError whose message names the argument first ("q: ...").
+[[noreturn]] void ThrowInvalid(const std::string& message);
+
+void RegisterStatusTranslator();
+
+// Runs fn() on a helper thread with the GIL released while this thread waits. Every 50 ms the
+// waiting thread takes the GIL and runs Python's signal handlers (main thread only; elsewhere
+// they never run). When one raises (Ctrl-C: KeyboardInterrupt), `on_interrupt` is called once
+// (it cancels what fn is waiting for), fn is still awaited, and the Python exception is thrown
+// as nb::python_error. Otherwise returns fn()'s result.
+template <typename F>
+auto RunBlocking(F&& fn, const std::function<void()>& on_interrupt = nullptr) -> decltype(fn()) {
+  using R = decltype(fn());
+  std::optional<R> result;
+  std::unique_ptr<nb::python_error> interrupted;
+  {
+    nb::gil_scoped_release release;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread worker([&] {
+      R r = fn();
+      std::lock_guard<std::mutex> lock(mu);
+      result.emplace(std::move(r));
+      done = true;
+      cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    while (!done) {
+      cv.wait_for(lock, std::chrono::milliseconds(50));
+      if (done || interrupted) continue;
+      lock.unlock();
+      {
+        nb::gil_scoped_acquire gil;
+        if (PyErr_CheckSignals() != 0) interrupted = std::make_unique<nb::python_error>();
+      }
+      if (interrupted && on_interrupt) on_interrupt();
+      lock.lock();
+    }
+    lock.unlock();
+    worker.join();
+  }
+  if (interrupted) throw nb::python_error(*interrupted);
+  return std::move(*result);
+}
+
+// Python dicts of protocol messages (field names as in the .proto files; enums by name).
+nb::dict JobToDict(const v1::Job& job);
+nb::dict WorkerToDict(const v1::WorkerInfo& w);
+nb::dict StatusToDict(const v1::ClusterStatus& s);
+nb::dict ShardToDict(const v1::ShardPlacement& s);
+nb::dict SpecToDict(const v1::AttentionSpec& spec);
+
+// An AttentionSpec from its fields; the checks of ValidateSpec (core/spec_validation.h), whose
+// messages name the field ("spec.q_heads: must be a multiple of kv_heads (4), got 6").
+v1::AttentionSpec MakeSpec(int batch, int64_t seq_len, int q_heads, int kv_heads, int head_dim,
+                           bool causal, const std::string& dtype, double softmax_scale);
+
+// "forward" | "backward" -> JobKind; TensorKind from its proto value (1..9). INVALID_ARGUMENT
+// naming `what` otherwise.
+v1::JobKind ParseJobKind(const std::string& name);
+v1::TensorKind ParseTensorKind(int kind, const char* what);
+
+// TransferOptions from the binding's keyword arguments: path "auto" | "grpc" | "shm".
+TransferOptions MakeTransferOptions(const std::string& path, int64_t chunk_bytes,
+                                    int64_t segment_bytes);
+
+absl::Duration Seconds(double s, const char* what);
+
+}  // namespace dfa::python

@@ -1,0 +1,48 @@
+// The client data plane's two streaming RPCs, Worker.Upload and Worker.Download, as gRPC
+// callback reactors over raw grpc::ByteBuffers (the generated WithRawCallbackMethod_* of
+// proto/dfa/v1/worker.proto). Chunks are parsed and written by core/wire/chunk_wire.h, so chunk
+// data goes from gRPC's receive slices straight into session storage and from storage into the
+// slice gRPC sends: one copy each way, no protobuf copy. On the wire the messages are the
+// proto's (UploadRequest / UploadResponse, DownloadRequest / TensorChunk).
+//
+// Flow control: one message at a time. Upload reads a chunk, checks its CRC32C and writes it
+// into the session, then asks for the next; Download fills one chunk, writes it, and fills the
+// next only after gRPC reports that write done. Neither holds more than one chunk, whatever the
+// tensor's size; a slow peer slows the stream (HTTP/2 flow control) instead of growing memory.
+//
+// Outcome: the same codes and messages as every Worker handler (worker/rpc_outcome.h), counted
+// under "Upload" / "Download". A peer that cancels, or whose deadline passes, ends the stream
+// at the next read or write; Download then answers CANCELLED ("client went away").
+//
+// Threads: gRPC runs the reactions on its callback threads, one reaction of a call at a time.
+// A reaction copies one chunk under the session's mutex (held only for short copies elsewhere)
+// and never waits on anything else. The reactors delete themselves when gRPC is done with them.
+#pragma once
+
+#include <atomic>
+
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/server_callback.h"
+#include "worker/session_registry.h"
+#include "worker/worker_metrics.h"
+
+namespace dfa {
+
+// What the reactors use; both outlive every call (the daemon shuts the server down first).
+struct DataPlaneState {
+  SessionRegistry* sessions = nullptr;
+  // Set once the daemon knows its worker id; may be null before.
+  const std::atomic<WorkerMetrics*>* metrics = nullptr;
+};
+
+// A reactor for one Upload call: a stream of UploadRequest, answered by `response` (a serialized
+// UploadResponse with the bytes and chunks received).
+grpc::ServerReadReactor<grpc::ByteBuffer>* NewUploadReactor(const DataPlaneState& state,
+                                                            grpc::ByteBuffer* response);
+
+// A reactor for one Download call: `request` is a serialized DownloadRequest; the reactor
+// streams its rows as TensorChunks.
+grpc::ServerWriteReactor<grpc::ByteBuffer>* NewDownloadReactor(const DataPlaneState& state,
+                                                               const grpc::ByteBuffer& request);
+
+}  // namespace dfa

@@ -1,0 +1,194 @@
+#include "worker/executor/step_compute.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/executor/transfer_layout.h"
+
+namespace dfa::executor_internal {
+
+absl::Status StepCompute::Merge(const Buffer& a) {
+  SessionStorage* st = ctx_.storage;
+  const AttentionShape& shape = ctx_.shape;
+  ASSIGN_OR_RETURN(int64_t local, st->LocalRow(a.rows));
+  const int64_t n = a.rows.size();
+  std::vector<Component> comps = Components(a.tensor, shape);
+  auto part = [&](int i) { return ComponentView(a.parts[i]->get(), comps[i], shape, n, 0, n); };
+  StepStats& s = *ctx_.cur;
+  switch (a.tensor) {
+    case PlanTensor::kOutPartial: {
+      bool fresh = false;
+      RETURN_IF_ERROR(acc_.PrepareRows(local, n, &fresh));
+      if (fresh) RETURN_IF_ERROR(acc_.InitRows({local, local + n}));
+      MergeArgs m;
+      m.out_a = acc_.out().Slice(local, n);
+      m.lse_a = st->lse().Slice(local, n);
+      m.out_b = part(0);
+      m.lse_b = StatView(a.parts[1]->get(), shape, n, 0, n);
+      m.stream = ctx_.stream;
+      return Launch(&s.merge_launches, ctx_.backend->Merge(m));
+    }
+    case PlanTensor::kDqPartial:
+      return Launch(&s.other_launches,
+                    AddInto(*ctx_.backend, st->dq().Slice(local, n), part(0), ctx_.stream));
+    case PlanTensor::kDkvPartial:
+      RETURN_IF_ERROR(Launch(&s.other_launches, AddInto(*ctx_.backend, st->dk().Slice(local, n),
+                                                        part(0), ctx_.stream)));
+      return Launch(&s.other_launches,
+                    AddInto(*ctx_.backend, st->dv().Slice(local, n), part(1), ctx_.stream));
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError("received a non-partial as a partial");
+}
+
+absl::StatusOr<StepCompute::Side> StepCompute::KvSide(const RowRange& rows, int t) {
+  SessionStorage* st = ctx_.storage;
+  if (absl::StatusOr<int64_t> local = st->LocalRow(rows); local.ok()) {
+    return Side{{&st->owned(), *local}, nullptr};
+  }
+  Buffer* b = buffers_.FindReceived(PlanTensor::kKV, rows);
+  if (b == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", ctx_.rank,
+                                                   " computes with kv ", Rows(rows),
+                                                   " it neither owns nor has received"));
+  }
+  b->free_after = std::max(b->free_after, t);
+  return Side{{&b->layout, rows.begin - b->rows.begin}, b};
+}
+
+absl::StatusOr<StepCompute::Side> StepCompute::QuerySide(const RowRange& rows, int t) {
+  SessionStorage* st = ctx_.storage;
+  if (absl::StatusOr<int64_t> local = st->LocalRow(rows); local.ok()) {
+    return Side{{&st->owned(), *local}, nullptr};
+  }
+  Buffer* b = buffers_.FindReceived(ctx_.fwd ? PlanTensor::kQ : PlanTensor::kGradIn, rows);
+  if (b == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("plan step ", t, ": worker ", ctx_.rank,
+                                                   " computes with q ", Rows(rows),
+                                                   " it neither owns nor has received"));
+  }
+  b->free_after = std::max(b->free_after, t);
+  return Side{{&b->layout, rows.begin - b->rows.begin}, b};
+}
+
+absl::Status StepCompute::RunStep(int t) {
+  const std::vector<ComputeOp>& ops = ctx_.steps()[t].computes;
+  std::vector<Side> qs, kvs;
+  std::vector<RowPlace> qp, kp;
+  for (const ComputeOp& op : ops) {
+    ASSIGN_OR_RETURN(Side q, QuerySide(op.q_rows, t));
+    ASSIGN_OR_RETURN(Side kv, KvSide(op.kv_rows, t));
+    qs.push_back(q);
+    kvs.push_back(kv);
+    qp.push_back(q.place);
+    kp.push_back(kv.place);
+  }
+  for (const FusedCall& call : FuseStepOps(ops, qp, kp, ctx_.plan.mask())) {
+    RETURN_IF_ERROR(Compute(call, qs[call.ops[0]], kvs[call.ops[0]], t));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepCompute::Compute(const FusedCall& call, const Side& qside, const Side& kvside,
+                                  int t) {
+  SessionStorage* st = ctx_.storage;
+  const AttentionShape& shape = ctx_.shape;
+  const bool fwd = ctx_.fwd;
+  const int64_t m = call.m, n = call.n;
+  StepStats& s = ctx_.stats.steps[t];
+  s.units += static_cast<int64_t>(call.ops.size());
+  for (int i : call.ops) {
+    const ComputeOp& op = ctx_.steps()[t].computes[i];
+    s.flops += (fwd ? 1.0 : 2.5) * ForwardFlops(shape.batch, shape.q_heads, shape.head_dim,
+                                                op.q_rows.begin, op.q_rows.size(),
+                                                op.kv_rows.begin, op.kv_rows.size(),
+                                                ctx_.plan.mask());
+  }
+  // Key/value side.
+  TensorView k, v, dk, dv;
+  if (Buffer* kvbuf = kvside.buffer; kvbuf == nullptr) {
+    const int64_t local = call.kv.local;
+    k = st->k().Slice(local, n);
+    v = st->v().Slice(local, n);
+    dk = st->dk().Slice(local, n);
+    dv = st->dv().Slice(local, n);
+  } else {
+    const int64_t off = call.kv.local, tot = kvbuf->rows.size();
+    const Component c = Components(PlanTensor::kKV, shape)[0];
+    k = ComponentView(kvbuf->parts[0]->get(), c, shape, tot, off, n);
+    v = ComponentView(kvbuf->parts[1]->get(), c, shape, tot, off, n);
+    if (!fwd) {
+      ASSIGN_OR_RETURN(Buffer * p, buffers_.Partial(PlanTensor::kDkvPartial, kvbuf->rows));
+      const Component c32 = Components(PlanTensor::kDkvPartial, shape)[0];
+      dk = ComponentView(p->parts[0]->get(), c32, shape, tot, off, n);
+      dv = ComponentView(p->parts[1]->get(), c32, shape, tot, off, n);
+    }
+  }
+  // Query side.
+  Buffer* qbuf = qside.buffer;
+  Buffer* qpart = nullptr;
+  const int64_t qlocal = call.q.local;
+  const int64_t qoff = call.q.local, qtot = qbuf != nullptr ? qbuf->rows.size() : 0;
+  if (qbuf != nullptr) {
+    ASSIGN_OR_RETURN(qpart, buffers_.Partial(fwd ? PlanTensor::kOutPartial : PlanTensor::kDqPartial,
+                                             qbuf->rows));
+  }
+  const PlanTensor q_kind = fwd ? PlanTensor::kQ : PlanTensor::kGradIn;
+  const std::vector<Component> qc = Components(q_kind, shape);
+  const Component q32{DType::kF32, shape.q_heads, false};
+  if (fwd) {
+    ForwardArgs a;
+    a.scale = ctx_.scale;
+    a.mask = call.mask;
+    a.q_row0 = call.q_row0;
+    a.kv_row0 = call.kv_row0;
+    a.k = k;
+    a.v = v;
+    a.accumulate = true;
+    a.stream = ctx_.stream;
+    if (qbuf == nullptr) {
+      bool fresh = false;
+      RETURN_IF_ERROR(acc_.PrepareRows(qlocal, m, &fresh));
+      a.accumulate = !fresh;
+      a.q = st->q().Slice(qlocal, m);
+      a.out = acc_.out().Slice(qlocal, m);
+      a.lse = st->lse().Slice(qlocal, m);
+    } else {
+      a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape, qtot, qoff, m);
+      a.out = ComponentView(qpart->parts[0]->get(), q32, shape, qtot, qoff, m);
+      a.lse = StatView(qpart->parts[1]->get(), shape, qtot, qoff, m);
+    }
+    return Launch(&s.forward_launches, ctx_.backend->Forward(a));
+  }
+  BackwardArgs a;
+  a.scale = ctx_.scale;
+  a.mask = call.mask;
+  a.q_row0 = call.q_row0;
+  a.kv_row0 = call.kv_row0;
+  a.k = k;
+  a.v = v;
+  a.dk = dk;
+  a.dv = dv;
+  a.stream = ctx_.stream;
+  if (qbuf == nullptr) {
+    a.q = st->q().Slice(qlocal, m);
+    a.dout = st->dout().Slice(qlocal, m);
+    a.lse = st->lse().Slice(qlocal, m);
+    a.delta = st->delta().Slice(qlocal, m);
+    a.dq = st->dq().Slice(qlocal, m);
+    // The final O of the worker's own rows: backends whose backward forms D themselves (cudnn)
+    // need it; the others ignore it. Helpers' rows carry D only (no O travels).
+    a.out = st->o().Slice(qlocal, m);
+  } else {
+    a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape, qtot, qoff, m);
+    a.dout = ComponentView(qbuf->parts[1]->get(), qc[1], shape, qtot, qoff, m);
+    a.lse = StatView(qbuf->parts[2]->get(), shape, qtot, qoff, m);
+    a.delta = StatView(qbuf->parts[3]->get(), shape, qtot, qoff, m);
+    a.dq = ComponentView(qpart->parts[0]->get(), q32, shape, qtot, qoff, m);
+  }
+  return Launch(&s.backward_launches, ctx_.backend->Backward(a));
+}
+
+}  // namespace dfa::executor_internal
