@@ -1,13 +1,19 @@
-"""python3 -m dfa.bench: what the Python client costs on top of the service.
+"""python3 -m dfa.bench: what offloading one attention layer costs beyond the job itself.
 
-Runs one forward+backward job of random data through the Python package and prints, per
-phase, the seconds and rate: uploads and downloads (gRPC streams, all workers in parallel,
-CRC32C on both sides), the jobs (the coordinator's wall time and FLOP/s), and this machine's
-numpy memcpy rate for scale. Starts its own local cluster unless --coordinator is given.
+For each sequence length, one layer step (forward + backward of causal attention, fp32 or bf16)
+is timed three ways on the same tensors:
+  * local: torch.nn.functional.scaled_dot_product_attention on this machine's CPU;
+  * service: dfa.torch.Attention (the session kept across steps, as in training): the wall time
+    of a step, against the time of its two jobs as the coordinator measured them (wall_seconds):
+    overhead = step wall / job time;
+  * split: the same step through a raw Session, phase by phase: uploads (Q, K, V, then dO),
+    job runs as the client sees them (submit + watch), the jobs' own time, downloads (O, then
+    dQ, dK, dV), and the control plane (CreateSession + ReleaseSession, which the module pays
+    once, not per step).
+Best of --repeat. Starts its own local cluster unless --coordinator is given.
 
-  python3 -m dfa.bench [--coordinator HOST:PORT | --workers 2 --threads 1] [--seq 4096]
-                       [--batch 1] [--heads 8] [--kv-heads 8] [--head-dim 64] [--dtype bf16]
-                       [--full] [--chunk-mib 4] [--repeat 3]
+  python3 -m dfa.bench [--coordinator HOST:PORT | --workers 2 --threads 1] [--seq 2048,8192]
+                       [--batch 1] [--heads 8] [--kv-heads 8] [--head-dim 64] [--dtype f32]
 """
 
 import argparse
@@ -15,96 +21,137 @@ import time
 
 import numpy as np
 
-import dfa
-from dfa.spec import DO, DQ, DK, DV, K, LSE, O, Q, V
+
+def best_of(n, fn):
+    best = None
+    for _ in range(n):
+        r = fn()
+        if best is None or r["step"] < best["step"]:
+            best = r
+    return best
 
 
-def memcpy_rate(nbytes):
-    a = np.ones(nbytes // 8)
-    b = np.empty_like(a)
-    best = 1e9
-    for _ in range(3):
+def module_step(attn, q, k, v, g, torch):
+    t = time.perf_counter()
+    out = attn(q, k, v)
+    torch.autograd.grad(out, (q, k, v), g)
+    step = time.perf_counter() - t
+    jobs = attn.last_jobs
+    job = jobs["forward"]["wall_seconds"] + jobs["backward"]["wall_seconds"]
+    return {"step": step, "job": job}
+
+
+def split_step(client, spec, q, k, v, do):
+    import dfa
+    r = {}
+    t = time.perf_counter()
+    s = client.create_session(spec)
+    r["create"] = time.perf_counter() - t
+    t = time.perf_counter()
+    for kind, a in ((dfa.Q, q), (dfa.K, k), (dfa.V, v)):
+        s.upload(kind, a)
+    r["upload_qkv"] = time.perf_counter() - t
+    t = time.perf_counter()
+    fwd = s.run("forward")
+    r["run_fwd"] = time.perf_counter() - t
+    t = time.perf_counter()
+    s.download(dfa.O)
+    r["download_o"] = time.perf_counter() - t
+    t = time.perf_counter()
+    s.upload(dfa.DO, do)
+    r["upload_do"] = time.perf_counter() - t
+    t = time.perf_counter()
+    bwd = s.run("backward")
+    r["run_bwd"] = time.perf_counter() - t
+    t = time.perf_counter()
+    for kind in (dfa.DQ, dfa.DK, dfa.DV):
+        s.download(kind)
+    r["download_grads"] = time.perf_counter() - t
+    t = time.perf_counter()
+    s.release()
+    r["release"] = time.perf_counter() - t
+    r["job"] = fwd["wall_seconds"] + bwd["wall_seconds"]
+    r["step"] = sum(r[x] for x in ("upload_qkv", "run_fwd", "download_o", "upload_do", "run_bwd",
+                                   "download_grads"))
+    return r
+
+
+def run_one(a, client, seq, torch, log):
+    import dfa
+    import dfa.torch
+    import torch.nn.functional as F
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
+    hkv = a.kv_heads or a.heads
+    gen = torch.Generator().manual_seed(seq)
+    mk = lambda h: (torch.rand(a.batch, h, seq, a.head_dim, generator=gen) * 2 - 1).to(dt)
+    q, k, v, g = mk(a.heads), mk(hkv), mk(hkv), mk(a.heads)
+    for t in (q, k, v):
+        t.requires_grad_()
+
+    def local():
         t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    return nbytes / best / 1e9
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hkv != a.heads)
+        torch.autograd.grad(out, (q, k, v), g)
+        return {"step": time.perf_counter() - t}
+
+    res = {"local": best_of(a.repeat, local)}
+    attn = dfa.torch.Attention(client, is_causal=True, layout="bhsd", enable_gqa=hkv != a.heads)
+    module_step(attn, q, k, v, g, torch)  # creates the session
+    res["service"] = best_of(a.repeat, lambda: module_step(attn, q, k, v, g, torch))
+    attn.release()
+    spec = dfa.AttentionSpec(batch=a.batch, seq_len=seq, q_heads=a.heads, kv_heads=hkv,
+                             head_dim=a.head_dim, causal=True, dtype=a.dtype)
+    host = lambda t: t.detach().transpose(1, 2).contiguous()
+    hq, hk, hv, hg = host(q), host(k), host(v), host(g)
+    res["split"] = best_of(a.repeat, lambda: split_step(client, spec, hq, hk, hv, hg))
+    return res
+
+
+def report(seq, res, log):
+    sv, sp, lo = res["service"], res["split"], res["local"]
+    log("S=%-6d local SDPA %8.1f ms | service step %8.1f ms, its jobs %8.1f ms: overhead "
+        "%.3fx" % (seq, 1e3 * lo["step"], 1e3 * sv["step"], 1e3 * sv["job"],
+                   sv["step"] / max(sv["job"], 1e-9)))
+    log("         split: uploads %.1f + %.1f ms, runs %.1f + %.1f ms (jobs %.1f ms), downloads "
+        "%.1f + %.1f ms; control plane (once per session) create %.1f, release %.1f ms"
+        % tuple(1e3 * sp[x] for x in ("upload_qkv", "upload_do", "run_fwd", "run_bwd", "job",
+                                      "download_o", "download_grads", "create", "release")))
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--coordinator")
+    p.add_argument("--bin-dir")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--torch-threads", type=int, default=0, help="0: workers x threads")
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--seq", default="2048,8192")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--kv-heads", type=int, default=0)
     p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--full", action="store_true")
-    p.add_argument("--chunk-mib", type=float, default=4)
+    p.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
-    spec = dfa.AttentionSpec(batch=a.batch, seq_len=a.seq, q_heads=a.heads, kv_heads=a.kv_heads,
-                             head_dim=a.head_dim, causal=not a.full, dtype=a.dtype)
+    import torch
+    import dfa
+    torch.set_num_threads(a.torch_threads or a.workers * a.threads)
     cluster = None
     if not a.coordinator:
-        from dfa.cluster import LocalCluster
-        t = time.perf_counter()
-        cluster = LocalCluster(workers=a.workers, threads_per_worker=a.threads)
+        cluster = dfa.LocalCluster(workers=a.workers, threads_per_worker=a.threads,
+                                   bin_dir=a.bin_dir)
         a.coordinator = cluster.coordinator_address
-        print("local cluster: 1 coordinator + %d cpu workers (%d thread(s) each), ready in %.2f s"
-              % (a.workers, a.threads, time.perf_counter() - t))
+    print("cluster: %d cpu workers x %d thread(s); local SDPA on %d torch threads; B=%d H=%d/%d "
+          "D=%d %s causal, best of %d" % (a.workers, a.threads, torch.get_num_threads(), a.batch,
+                                          a.heads, a.kv_heads or a.heads, a.head_dim, a.dtype,
+                                          a.repeat))
     try:
-        run(a, spec)
+        client = dfa.Client(a.coordinator)
+        for seq in (int(x) for x in a.seq.split(",")):
+            report(seq, run_one(a, client, seq, torch, print), print)
     finally:
-        if cluster:
+        if cluster is not None:
             cluster.stop()
-
-
-def run(a, spec):
-    rng = np.random.default_rng(0)
-    mk = lambda kind: dfa.from_float(rng.uniform(-1, 1, spec.shape(kind)), spec.dtype)
-    q, k, v, do = mk(Q), mk(K), mk(V), mk(DO)
-    chunk = int(a.chunk_mib * (1 << 20))
-    print("job: B=%d S=%d Hq=%d Hkv=%d D=%d %s %s; tensors %.1f MiB (Q)"
-          % (spec.batch, spec.seq_len, spec.q_heads, spec.kv_heads, spec.head_dim, spec.dtype,
-             "causal" if spec.causal else "full", q.nbytes / 2 ** 20))
-    print("numpy memcpy (1 thread): %.2f GB/s" % memcpy_rate(max(q.nbytes, 64 << 20)))
-    client = dfa.Client(a.coordinator)
-    best = {}
-
-    def timed(name, fn, nbytes=None):
-        t = time.perf_counter()
-        r = fn()
-        dt = time.perf_counter() - t
-        if name not in best or dt < best[name][0]:
-            best[name] = (dt, nbytes)
-        return r
-
-    for _ in range(a.repeat):
-        with client.create_session(spec) as s:
-            for kind, arr, name in ((Q, q, "upload Q"), (K, k, "upload K"), (V, v, "upload V")):
-                timed(name, lambda: s.upload(kind, arr, chunk), arr.nbytes)
-            fwd = timed("forward job (client view)", lambda: s.run("forward"))
-            timed("download O", lambda: s.download(O, chunk), q.nbytes)
-            timed("download LSE", lambda: s.download(LSE, chunk), spec.batch * spec.q_heads * spec.seq_len * 4)
-            timed("upload dO", lambda: s.upload(DO, do, chunk), do.nbytes)
-            bwd = timed("backward job (client view)", lambda: s.run("backward"))
-            for kind, arr, name in ((DQ, q, "download dQ"), (DK, k, "download dK"), (DV, v, "download dV")):
-                timed(name, lambda: s.download(kind, chunk), arr.nbytes)
-    print("best of %d, %d workers, gRPC streams in parallel, %.0f MiB chunks:" % (a.repeat, len(s.shards), a.chunk_mib))
-    for name, (dt, nbytes) in best.items():
-        rate = "  %6.2f GB/s" % (nbytes / dt / 1e9) if nbytes else ""
-        print("  %-28s %8.4f s%s" % (name, dt, rate))
-    for job, name in ((fwd, "forward"), (bwd, "backward")):
-        print("%-8s coordinator wall %.4f s  %.2f GFLOP  %.2f GFLOP/s" % (
-            name, job.wall_seconds, job.flops / 1e9, job.flops / max(job.wall_seconds, 1e-9) / 1e9))
-        for w in job.workers:
-            tot = w.busy_seconds + w.idle_seconds
-            print("         worker %d: busy %.4f s  idle %.4f s (%.1f%%)" % (
-                w.rank, w.busy_seconds, w.idle_seconds, 100 * w.idle_seconds / max(tot, 1e-12)))
-    client.close()
 
 
 if __name__ == "__main__":

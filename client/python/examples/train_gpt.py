@@ -14,7 +14,6 @@ The daemons come from --bin-dir or $DFA_BIN_DIR (a build folder) when no --coord
 """
 
 import argparse
-import math
 import os
 import sys
 import time

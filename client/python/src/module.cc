@@ -12,6 +12,7 @@ namespace dfa::python {
 void BindClient(nb::module_& m);
 void BindAttentionJob(nb::module_& m);
 void BindLocalCluster(nb::module_& m);
+void BindCuda(nb::module_& m);
 }  // namespace dfa::python
 
 NB_MODULE(_dfa, m) {
@@ -23,6 +24,7 @@ NB_MODULE(_dfa, m) {
   BindClient(m);
   BindAttentionJob(m);
   BindLocalCluster(m);
+  BindCuda(m);
   m.def("validate_spec",
         [](int batch, int64_t seq_len, int q_heads, int kv_heads, int head_dim, bool causal,
            const std::string& dtype, double softmax_scale) {

@@ -104,6 +104,7 @@ class _LayerJob:
         self._live = None          # generation whose forward state the workers hold
         self._session_id = ""
         self._lock = threading.Lock()
+        self.last_jobs = {}        # "forward" / "backward" -> the last job (a dict)
         self.stats = {"sessions": 0, "forwards": 0, "backwards": 0, "reforwards": 0,
                       "retries": 0, "lost_sessions": 0}
 
@@ -141,7 +142,8 @@ class _LayerJob:
         self._ensure(spec)
         for attempt in range(2):
             try:
-                o, _, _ = self._job.forward(q, k, v)
+                o, _, job = self._job.forward(q, k, v)
+                self.last_jobs["forward"] = job
                 break
             except DfaError as e:
                 self._note()
@@ -178,7 +180,8 @@ class _LayerJob:
                 self._live = generation
             for attempt in range(2):
                 try:
-                    dq, dk, dv, _ = self._job.backward(grad_out)
+                    dq, dk, dv, job = self._job.backward(grad_out)
+                    self.last_jobs["backward"] = job
                     break
                 except DfaError as e:
                     self._note()

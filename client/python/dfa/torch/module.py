@@ -51,6 +51,12 @@ class Attention(torch.nn.Module):
         return dict(self._job.stats)
 
     @property
+    def last_jobs(self):
+        """The last forward and backward jobs ("forward" / "backward": dicts with wall_seconds,
+        flops, per-worker busy/idle seconds)."""
+        return dict(self._job.last_jobs)
+
+    @property
     def session_id(self):
         """The id of the session the layer holds ("" before its first forward)."""
         return self._job.session_id
