@@ -6,7 +6,14 @@
 namespace dfa::client {
 namespace {
 
-bool Retryable(const absl::Status& s) { return s.code() == absl::StatusCode::kUnavailable; }
+// What a new session (from the inputs this job holds) can recover from: UNAVAILABLE (a worker
+// was lost or restarted, a peer or the coordinator cannot be reached, the coordinator is
+// restarting) and NOT_FOUND (the session or its job is gone: a restarted coordinator or worker
+// no longer knows them). Everything else (bad input, PERMISSION_DENIED, RESOURCE_EXHAUSTED,
+// a failed kernel) would fail the same way again.
+bool Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kNotFound;
+}
 
 }  // namespace
 

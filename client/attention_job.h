@@ -3,9 +3,11 @@
 // forward job and gathers O and LSE; Backward sends ONLY dO (the session kept Q, K, V, O, LSE on
 // the workers: rematerialisation-aware) and gathers dQ, dK, dV.
 //
-// Retries: when a job or a transfer fails with UNAVAILABLE (a worker was lost), the session is
-// re-created on the workers still alive and the work is redone from the inputs the client
-// holds (a backward retry re-runs the forward on the new placement first), up to max_retries.
+// Retries: when a job or a transfer fails with UNAVAILABLE (a worker was lost, a peer or the
+// coordinator cannot be reached) or NOT_FOUND (a restarted coordinator or worker no longer
+// knows the session or its job), the session is re-created on the workers still alive and the
+// work is redone from the inputs the client holds (a backward retry re-runs the forward on the
+// new placement first), up to max_retries.
 //
 // Ownership: the AttentionJob keeps pointers to the Client and to the input tensors passed to
 // Forward/Backward; they must outlive it. One thread at a time.

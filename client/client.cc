@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "client/grpc_util.h"
 #include "client/placement.h"
+#include "core/session_capability.h"
 
 namespace dfa::client {
 namespace {
@@ -122,6 +123,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::CreateSession(const SessionOpti
   v1::CreateSessionResponse resp;
   RETURN_IF_ERROR(FromGrpc(stub_->CreateSession(&ctx, req, &resp), "CreateSession"));
   std::unique_ptr<Session> session(new Session(this, options.spec, std::move(resp)));
+  RememberSession(*session);
   absl::Status placement = ValidatePlacement(session->info(), options.spec);
   if (!placement.ok()) {
     (void)session->Release();
@@ -146,9 +148,48 @@ absl::StatusOr<v1::ClusterStatus> Client::GetStatus() {
   return resp;
 }
 
+void Client::RememberSession(const Session& session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  session_capabilities_[session.id()] = session.capability();
+}
+
+std::string Client::SessionCapability(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = session_capabilities_.find(session_id);
+  return it == session_capabilities_.end() ? std::string() : it->second;
+}
+
+void Client::RememberJob(const Session& session, const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_id.empty() || job_capabilities_.count(job_id)) return;
+  std::deque<std::string>& jobs = session_jobs_[session.id()];
+  jobs.push_back(job_id);
+  job_capabilities_[job_id] = session.capability();
+  while (jobs.size() > kJobsPerSession) {
+    job_capabilities_.erase(jobs.front());
+    jobs.pop_front();
+  }
+}
+
+void Client::ForgetSession(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  session_capabilities_.erase(session_id);
+  auto it = session_jobs_.find(session_id);
+  if (it == session_jobs_.end()) return;
+  for (const std::string& job : it->second) job_capabilities_.erase(job);
+  session_jobs_.erase(it);
+}
+
+std::string Client::JobCapability(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = job_capabilities_.find(job_id);
+  return it == job_capabilities_.end() ? std::string() : it->second;
+}
+
 absl::StatusOr<v1::Job> Client::GetJob(const std::string& job_id) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_timeout);
+  AttachCapability(&ctx, JobCapability(job_id));
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   req.set_client_id(options_.client_id);
@@ -160,6 +201,7 @@ absl::StatusOr<v1::Job> Client::GetJob(const std::string& job_id) {
 absl::StatusOr<v1::Job> Client::CancelJob(const std::string& job_id) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_timeout);
+  AttachCapability(&ctx, JobCapability(job_id));
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   req.set_client_id(options_.client_id);
@@ -181,7 +223,7 @@ WorkerDataClient& Session::DataClient(int rank) {
     const auto& shard = info_.shards(rank);
     slot = std::make_unique<WorkerDataClient>(client_->WorkerChannel(shard.address()),
                                               shard.address(), id(), client_->client_id(),
-                                              client_->options().rpc_timeout);
+                                              capability(), client_->options().rpc_timeout);
     // Head-split sessions: this worker holds a range of the heads of its rows.
     slot->set_heads(ShardHeads(shard, v1::TENSOR_Q), ShardHeads(shard, v1::TENSOR_K));
   }
@@ -274,8 +316,10 @@ absl::StatusOr<v1::Job> Session::Submit(v1::JobKind kind) {
   req.set_client_id(client_->client_id());
   grpc::ClientContext ctx;
   SetDeadline(&ctx, client_->options().rpc_timeout);
+  AttachCapability(&ctx, capability());
   v1::Job job;
   RETURN_IF_ERROR(FromGrpc(client_->coordinator()->SubmitJob(&ctx, req, &job), "SubmitJob"));
+  client_->RememberJob(*this, job.job_id());
   return job;
 }
 
@@ -284,6 +328,7 @@ absl::StatusOr<v1::Job> Session::Watch(const std::string& job_id, const JobObser
   {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, client_->options().job_timeout);
+    AttachCapability(&ctx, capability());
     v1::GetJobRequest req;
     req.set_job_id(job_id);
     req.set_client_id(client_->client_id());
@@ -304,6 +349,7 @@ absl::StatusOr<v1::Job> Session::Watch(const std::string& job_id, const JobObser
       return FromGrpc(s, "WatchJob");
     }
   }
+  client_->RememberJob(*this, job_id);  // for the polls (a job id from elsewhere, too)
   while (absl::Now() < deadline) {
     ASSIGN_OR_RETURN(v1::Job job, client_->GetJob(job_id));
     if (observer) observer(job);
@@ -328,9 +374,11 @@ absl::Status Session::Release() {
   req.set_client_id(client_->client_id());
   grpc::ClientContext ctx;
   SetDeadline(&ctx, client_->options().rpc_timeout);
+  AttachCapability(&ctx, capability());
   v1::ReleaseSessionResponse resp;
   absl::Status s = FromGrpc(client_->coordinator()->ReleaseSession(&ctx, req, &resp),
                             "ReleaseSession");
+  client_->ForgetSession(id());
   released_ = true;  // a second attempt would not do better; the session TTL is the backstop
   return s;
 }

@@ -12,6 +12,11 @@
 // coordinator), in parallel across workers. AttentionJob (attention_job.h) adds the training
 // flow with retries on top.
 //
+// Access: CreateSession's answer carries the session's capability, a secret; the Session sends
+// it with every call about the session (coordinator and workers, metadata
+// "x-dfa-session-capability"), and the Client remembers it for the jobs its sessions submitted,
+// so GetJob / CancelJob by job id work for those. The client id is only a label.
+//
 // Threads: Client is thread-safe (its channels and stubs are). A Session may be used by one
 // thread at a time; it runs one thread per worker inside transfers. Ownership: a Session keeps
 // a pointer to its Client, which must outlive it. A Session is released on destruction unless
@@ -19,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,7 +42,7 @@ namespace dfa::client {
 
 struct ClientOptions {
   std::string coordinator;  // host:port of dfa-coordinator
-  std::string client_id;    // empty: "dfa-client-<host>-<pid>-<n>"
+  std::string client_id;    // a label for logs; empty: "dfa-client-<host>-<pid>-<n>"
   absl::Duration rpc_timeout = absl::Seconds(30);   // control calls and each transfer call
   absl::Duration job_timeout = absl::Minutes(30);   // a job's whole run
   // mTLS files and the bearer token, for the coordinator and the workers alike
@@ -74,6 +80,8 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   const std::string& id() const { return info_.session_id(); }
+  // The secret that authorises calls on this session (CreateSessionResponse).
+  const std::string& capability() const { return info_.session_capability(); }
   const v1::AttentionSpec& spec() const { return spec_; }
   // Placement and plan as the coordinator answered them.
   const v1::CreateSessionResponse& info() const { return info_; }
@@ -126,6 +134,11 @@ class Client {
   absl::StatusOr<std::unique_ptr<Session>> CreateSession(const SessionOptions& options);
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
   absl::StatusOr<v1::ClusterStatus> GetStatus();
+  // The capability of a session this client created and has not released ("" otherwise), for
+  // callers that make their own calls about it.
+  std::string SessionCapability(const std::string& session_id);
+  // Jobs of this client's sessions (their capability is sent along); another job answers
+  // PERMISSION_DENIED.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id);
   // Blocks until the coordinator answers GetStatus or `timeout` passes (UNAVAILABLE).
@@ -138,7 +151,15 @@ class Client {
   std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
 
  private:
+  friend class Session;
   explicit Client(ClientOptions options);
+  // Capabilities of the jobs of this client's sessions, by job id ("" when unknown). A session
+  // remembers its last kJobsPerSession jobs; releasing it forgets them.
+  static constexpr size_t kJobsPerSession = 256;
+  void RememberSession(const Session& session);
+  void RememberJob(const Session& session, const std::string& job_id);
+  void ForgetSession(const std::string& session_id);
+  std::string JobCapability(const std::string& job_id);
 
   ClientOptions options_;
   std::shared_ptr<const RpcSecurity> security_;
@@ -146,6 +167,9 @@ class Client {
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> worker_channels_;
+  std::map<std::string, std::string> session_capabilities_;      // session id -> capability
+  std::map<std::string, std::string> job_capabilities_;          // job id -> capability
+  std::map<std::string, std::deque<std::string>> session_jobs_;  // session id -> job ids
 };
 
 // The name of this host as workers report theirs (gethostname).

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -268,6 +269,9 @@ absl::Status LocalCluster::StartWorker(int index) {
   }
   if (options_.memory_limit_bytes > 0) {
     argv.push_back(absl::StrCat("--memory_limit_bytes=", options_.memory_limit_bytes));
+  } else if (options_.backend == "cpu") {
+    // The workers share this host's memory: their default limits add up to the host's share.
+    argv.push_back(absl::StrCat("--workers_per_host=", std::max(1, options_.workers)));
   }
   AppendSecurityFlags(options_.security, &argv);
   for (const auto& a : options_.worker_args) argv.push_back(a);

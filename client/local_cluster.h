@@ -5,7 +5,7 @@
 //   dfa-coordinator --listen=127.0.0.1:P --metrics_port=M [coordinator_args...]
 //   dfa-worker --listen=127.0.0.1:P --advertise=127.0.0.1:P --coordinator=127.0.0.1:C
 //              --worker_id=worker-I --backend=B --metrics_port=M [--threads=T]
-//              [--memory_limit_bytes=L] [worker_args...]
+//              [--memory_limit_bytes=L | --workers_per_host=N (cpu)] [worker_args...]
 // With `security` set, every daemon also gets --tls_cert/--tls_key/--tls_ca (and
 // --tls_server_name), the coordinator --auth_token, and the cluster's own readiness calls use
 // the same credentials (docs/security.md).
@@ -29,6 +29,9 @@
 
 namespace dfa::client {
 
+// The defaults here are the local cluster's defaults everywhere: `dfa demo`, `dfa bench`,
+// `dfa cluster` (and so deploy/local/cluster.sh) and Python's dfa.LocalCluster all start from
+// LocalClusterOptions{}.
 struct LocalClusterOptions {
   int workers = 2;
   std::string backend = "cpu";
@@ -64,6 +67,7 @@ class LocalCluster {
   // Client options that reach this cluster (coordinator address and security).
   ClientOptions client_options() const;
   ChildProcess* worker_process(int i) { return worker_procs_[static_cast<size_t>(i)].get(); }
+  ChildProcess* coordinator_process() { return coordinator_proc_.get(); }
 
   // Starts one more worker (id worker-<n>) and waits until the coordinator lists it alive.
   absl::Status AddWorker();

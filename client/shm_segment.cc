@@ -5,45 +5,58 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/grpc_status.h"
 
 namespace dfa::client {
 
-absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(int64_t bytes) {
-  if (bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("shm: size must be > 0, got ", bytes));
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(
+    v1::Worker::Stub* stub, grpc::ClientContext* ctx,
+    const v1::CreateSharedMemoryRequest& request) {
+  if (request.bytes() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shm: size must be > 0, got ",
+                                                   request.bytes()));
   }
-  static std::atomic<uint64_t> counter{0};
-  std::string name = absl::StrCat("/dfa-client-", getpid(), "-", counter.fetch_add(1));
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  v1::CreateSharedMemoryResponse resp;
+  RETURN_IF_ERROR(FromGrpcStatus(stub->CreateSharedMemory(ctx, request, &resp),
+                                 "worker CreateSharedMemory"));
+  const std::string& path = resp.path();
+  if (resp.bytes() != request.bytes() || resp.shm_name().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shm: the worker answered a segment of ", resp.bytes(), " bytes named '",
+        resp.shm_name(), "' for ", request.bytes(), " asked"));
+  }
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shm: cannot open the worker's segment at ", path, ": ", std::strerror(errno),
+        " (the worker is on another host, runs as another user or in another pid namespace; "
+        "use the gRPC path)"));
   }
-  const int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  if (rc != 0) {
+  struct stat sb {};
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (fstat(fd, &sb) != 0 || sb.st_size != request.bytes() || seals < 0 ||
+      (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
     close(fd);
-    shm_unlink(name.c_str());
-    return absl::ResourceExhaustedError(
-        absl::StrCat("shm: cannot reserve ", bytes, " bytes for ", name, ": ", std::strerror(rc)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shm: ", path, " is not the sealed segment of ", request.bytes(), " bytes the worker "
+        "announced"));
   }
-  void* addr = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* addr = mmap(nullptr, static_cast<size_t>(request.bytes()), PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_POPULATE, fd, 0);
   const int map_errno = errno;
   close(fd);
   if (addr == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    return absl::ResourceExhaustedError(
-        absl::StrCat("shm: mmap of ", bytes, " bytes failed: ", std::strerror(map_errno)));
+    return absl::FailedPreconditionError(absl::StrCat("shm: mmap of ", request.bytes(),
+                                                      " bytes of ", path, " failed: ",
+                                                      std::strerror(map_errno)));
   }
-  return std::unique_ptr<ShmSegment>(new ShmSegment(std::move(name), addr, bytes));
+  return std::unique_ptr<ShmSegment>(new ShmSegment(resp.shm_name(), addr, request.bytes()));
 }
 
-ShmSegment::~ShmSegment() {
-  munmap(addr_, static_cast<size_t>(size_));
-  shm_unlink(name_.c_str());
-}
+ShmSegment::~ShmSegment() { munmap(addr_, static_cast<size_t>(size_)); }
 
 }  // namespace dfa::client

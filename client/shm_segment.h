@@ -1,6 +1,10 @@
-// A POSIX shared-memory segment created and owned by the client (shm_open + mmap), for the
-// same-host data path (Worker.SharedMemoryTransfer). The name is unique per process and
-// segment; the object is unlinked and unmapped on destruction. Not thread-safe; move-only.
+// A shared-memory segment for the same-host data path (Worker.SharedMemoryTransfer), made and
+// owned by the worker for the session (Worker.CreateSharedMemory: a memfd with its size sealed,
+// worker/shm_mappings.h) and mapped here through the path the worker returned
+// (/proc/<worker pid>/fd/<n>). The client writes and reads it; it can neither shrink nor grow
+// it, so a copy on the worker's side can never fault. The worker frees it with the session (or
+// when the session makes more than 4); destruction here only unmaps. Not thread-safe;
+// move-only.
 #pragma once
 
 #include <cstdint>
@@ -8,19 +12,26 @@
 #include <string>
 
 #include "core/status.h"
+#include "dfa/v1/worker.grpc.pb.h"
+#include "grpcpp/client_context.h"
 
 namespace dfa::client {
 
 class ShmSegment {
  public:
-  // Creates a segment of `bytes` (> 0) with its space reserved up front (posix_fallocate), so
-  // that a full /dev/shm is an error here (RESOURCE_EXHAUSTED) and never a SIGBUS later.
-  static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(int64_t bytes);
+  // Asks the worker behind `stub` for a segment (`request`: session, client, bytes; `ctx`: the
+  // call's deadline and credentials) and maps it. The worker's status on refusal
+  // (RESOURCE_EXHAUSTED, NOT_FOUND, ...); FAILED_PRECONDITION when the segment cannot be opened
+  // or mapped here (another host, user or pid namespace: use the gRPC path) or is not what the
+  // worker said (size, seals).
+  static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(
+      v1::Worker::Stub* stub, grpc::ClientContext* ctx,
+      const v1::CreateSharedMemoryRequest& request);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
-  // The name to pass to shm_open (starts with '/').
+  // SharedMemoryTransferRequest.shm_name of this segment.
   const std::string& name() const { return name_; }
   uint8_t* data() { return static_cast<uint8_t*>(addr_); }
   int64_t size() const { return size_; }

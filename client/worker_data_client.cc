@@ -9,7 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/grpc_util.h"
-#include "grpcpp/support/sync_stream.h"
+#include "client/raw_stream.h"
+#include "core/session_capability.h"
 #include "core/wire/chunk_wire.h"
 #include "core/wire/crc32c.h"
 
@@ -20,15 +21,23 @@ const absl::Duration kGenerateInputsTimeout = absl::Minutes(10);
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
-const grpc::internal::RpcMethod& UploadMethod() {
-  static const grpc::internal::RpcMethod m("/dfa.v1.Worker/Upload",
-                                           grpc::internal::RpcMethod::CLIENT_STREAMING);
-  return m;
+// The raw streams' methods (proto/dfa/v1/worker.proto).
+constexpr char kUploadMethod[] = "/dfa.v1.Worker/Upload";
+constexpr char kDownloadMethod[] = "/dfa.v1.Worker/Download";
+
+grpc::ByteBuffer Serialized(const google::protobuf::MessageLite& m) {
+  const grpc::Slice slice(m.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
 }
-const grpc::internal::RpcMethod& DownloadMethod() {
-  static const grpc::internal::RpcMethod m("/dfa.v1.Worker/Download",
-                                           grpc::internal::RpcMethod::SERVER_STREAMING);
-  return m;
+
+bool ParseInto(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* m) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return m->ParseFromString(bytes);
 }
 
 // Counts the slices gRPC still holds that point into a caller's tensor: an upload returns only
@@ -88,13 +97,20 @@ struct ShmCall {
 
 WorkerDataClient::WorkerDataClient(std::shared_ptr<grpc::Channel> channel, std::string address,
                                    std::string session_id, std::string client_id,
-                                   absl::Duration timeout)
+                                   std::string capability, absl::Duration timeout)
     : channel_(channel),
       stub_(v1::Worker::NewStub(channel)),
+      raw_stub_(channel),
       address_(std::move(address)),
       session_id_(std::move(session_id)),
       client_id_(std::move(client_id)),
+      capability_(std::move(capability)),
       timeout_(timeout) {}
+
+void WorkerDataClient::Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const {
+  SetDeadline(ctx, timeout);
+  AttachCapability(ctx, capability_);
+}
 
 absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, const HostTensor& t,
                                                            std::span<const v1::RowRange> ranges,
@@ -106,12 +122,11 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, 
   BorrowedSlices borrowed;  // declared first: outlives the call that holds the slices
   absl::Status emit_status, finish_status;
   v1::UploadResponse response;
+  bool have_response = false;
   {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, timeout_);
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-            channel_.get(), UploadMethod(), &ctx, &response));
+    Prepare(&ctx, timeout_);
+    RawStream writer(&raw_stub_, &ctx, kUploadMethod);
     bool stream_broken = false;
     const HeadSlice hs = heads(kind);
     const int64_t row_bytes = TransitRowBytes(t, hs);
@@ -134,7 +149,7 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, 
           const std::string prefix =
               EncodeUploadPrefix(first ? session_id_ : "", first ? client_id_ : "", kind,
                                  span.row_begin, span.row_end, span.batch, crc, n);
-          if (!writer->Write(FrameBuffer(prefix, std::move(data)))) {
+          if (!writer.Write(FrameBuffer(prefix, std::move(data)))) {
             stream_broken = true;  // the worker closed the stream: Finish() says why
             return absl::AbortedError("stream closed");
           }
@@ -148,13 +163,19 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, 
       ctx.TryCancel();
     } else {
       emit_status = absl::OkStatus();
-      writer->WritesDone();
+      writer.WritesDone();
+      grpc::ByteBuffer reply;  // the one UploadResponse (none when the worker refused)
+      if (writer.Read(&reply)) have_response = ParseInto(reply, &response);
     }
-    finish_status = FromGrpc(writer->Finish(), context);
+    finish_status = FromGrpc(writer.Finish(), context);
   }
   borrowed.WaitAllReleased();
   RETURN_IF_ERROR(emit_status);
   RETURN_IF_ERROR(finish_status);
+  if (!have_response) {
+    return absl::InternalError(
+        absl::StrCat(context, ": the worker answered OK without an UploadResponse"));
+  }
   if (response.bytes_received() != stats.bytes) {
     return absl::InternalError(absl::StrCat(context, ": acknowledged ", response.bytes_received(),
                                             " bytes of ", stats.bytes, " sent"));
@@ -172,16 +193,16 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadGrpc(v1::TensorKind kind
   const std::string context = absl::StrCat("worker ", address_, " Download ", TensorKindName(kind));
   for (const v1::RowRange& range : ranges) {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, timeout_);
+    Prepare(&ctx, timeout_);
     v1::DownloadRequest request;
     request.set_session_id(session_id_);
     request.set_client_id(client_id_);
     request.set_kind(kind);
     *request.mutable_rows() = range;
     request.set_chunk_bytes(static_cast<int32_t>(std::min<int64_t>(chunk_bytes, 32 << 20)));
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-            channel_.get(), DownloadMethod(), &ctx, request));
+    // Metadata, request and half-close leave together (as a generated server-streaming call).
+    RawStream reader(&raw_stub_, &ctx, kDownloadMethod, /*cork_metadata=*/true);
+    (void)reader.WriteLast(Serialized(request));  // a failed call ends the reads; Finish says why
     // Every (batch, row) of the range must arrive exactly once.
     const int64_t n = range.end() - range.begin();
     std::vector<bool> seen(static_cast<size_t>(n * t->batch), false);
@@ -189,7 +210,7 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadGrpc(v1::TensorKind kind
     grpc::ByteBuffer message;
     ChunkFrame frame;  // chunk data parsed in place: copied once, into `t`
     absl::Status apply_status;
-    while (reader->Read(&message)) {
+    while (reader.Read(&message)) {
       if (absl::Status st = frame.ParseTensorChunk(message); !st.ok()) {
         apply_status = absl::Status(st.code(), absl::StrCat(context, ": ", st.message()));
         ctx.TryCancel();
@@ -222,7 +243,7 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadGrpc(v1::TensorKind kind
       ++stats.chunks;
       if (progress) progress(*applied);
     }
-    const grpc::Status finish = reader->Finish();
+    const grpc::Status finish = reader.Finish();
     RETURN_IF_ERROR(apply_status);
     RETURN_IF_ERROR(FromGrpc(finish, context));
     if (rows_seen != n * t->batch) {
@@ -239,7 +260,14 @@ absl::Status WorkerDataClient::EnsureSegments(int n, int64_t bytes) {
   for (int i = 0; i < n; ++i) {
     if (segments_[i] == nullptr || segments_[i]->size() < bytes) {
       segments_[i].reset();
-      ASSIGN_OR_RETURN(segments_[i], ShmSegment::Create(bytes));
+      // The worker makes and owns the segment (a sealed memfd); this process maps it.
+      grpc::ClientContext ctx;
+      Prepare(&ctx, timeout_);
+      v1::CreateSharedMemoryRequest req;
+      req.set_session_id(session_id_);
+      req.set_client_id(client_id_);
+      req.set_bytes(bytes);
+      ASSIGN_OR_RETURN(segments_[i], ShmSegment::Create(stub_.get(), &ctx, req));
     }
   }
   return absl::OkStatus();
@@ -273,7 +301,7 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
     call->bytes = BlockBytes(*t, piece, hs);
     call->segment = segment->data();
     if (upload) PackBlock(*t, piece, segment->data(), hs);
-    SetDeadline(&call->ctx, timeout_);
+    Prepare(&call->ctx, timeout_);
     v1::SharedMemoryTransferRequest& r = call->request;
     r.set_session_id(session_id_);
     r.set_client_id(client_id_);
@@ -335,7 +363,7 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadShm(v1::TensorKind kind,
 absl::Status WorkerDataClient::GenerateInputs(uint64_t seed, bool with_grad_output) {
   grpc::ClientContext ctx;
   // The worker fills its whole shard (GiBs for long sequences): longer than a control call.
-  SetDeadline(&ctx, std::max(timeout_, kGenerateInputsTimeout));
+  Prepare(&ctx, std::max(timeout_, kGenerateInputsTimeout));
   v1::GenerateInputsRequest request;
   request.set_session_id(session_id_);
   request.set_client_id(client_id_);
@@ -348,7 +376,7 @@ absl::Status WorkerDataClient::GenerateInputs(uint64_t seed, bool with_grad_outp
 
 absl::StatusOr<int64_t> WorkerDataClient::DeviceTransfer(v1::DeviceTransferRequest request) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
+  Prepare(&ctx, timeout_);
   request.set_session_id(session_id_);
   request.set_client_id(client_id_);
   v1::DeviceTransferResponse response;
@@ -360,7 +388,7 @@ absl::StatusOr<int64_t> WorkerDataClient::DeviceTransfer(v1::DeviceTransferReque
 absl::StatusOr<v1::UploadResponse> WorkerDataClient::UploadChunks(
     std::span<const v1::TensorChunk> chunks) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
+  Prepare(&ctx, timeout_);
   v1::UploadResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer(stub_->Upload(&ctx, &response));
   bool first = true;

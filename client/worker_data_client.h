@@ -1,7 +1,14 @@
 // The client's data plane to ONE worker: uploads of Q/K/V/dO rows the worker owns, downloads of
 // O/LSE/dQ/dK/dV, seeded synthetic inputs, over a gRPC stream (TensorChunks with CRC32C) or,
-// on the same host, through POSIX shared memory (Worker.SharedMemoryTransfer).
-// Tensor bytes never pass through the coordinator.
+// on the same host, through shared memory the worker makes (Worker.CreateSharedMemory,
+// Worker.SharedMemoryTransfer).
+// Tensor bytes never pass through the coordinator. Every call carries the session's capability
+// (CreateSessionResponse.session_capability) as metadata "x-dfa-session-capability"
+// (core/session_capability.h); the worker refuses calls without it (PERMISSION_DENIED).
+//
+// The gRPC streams are raw (client/raw_stream.h: grpc::GenericStub, public API) so that chunk
+// data is neither copied into nor out of a protobuf; the messages on the wire are worker.proto's
+// UploadRequest / UploadResponse and DownloadRequest / TensorChunk.
 //
 // Copies: a gRPC upload checksums the caller's rows and hands them to gRPC in place (slices
 // that reference the tensor; no protobuf, no copy in this process: the kernel's socket copy is
@@ -33,6 +40,7 @@
 #include "client/shard_io.h"
 #include "client/shm_segment.h"
 #include "dfa/v1/worker.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 
 namespace dfa::client {
 
@@ -49,8 +57,10 @@ class WorkerDataClient {
  public:
   static constexpr int64_t kMaxShmPieceBytes = int64_t{8} << 20;
 
+  // `capability`: the session's (empty: none sent; only sessions opened without one accept it).
   WorkerDataClient(std::shared_ptr<grpc::Channel> channel, std::string address,
-                   std::string session_id, std::string client_id, absl::Duration timeout);
+                   std::string session_id, std::string client_id, std::string capability,
+                   absl::Duration timeout);
 
   // The heads of the full tensors this worker holds (ShardPlacement.q_heads / kv_heads;
   // ShardHeads in shard_io.h): every transfer below moves those heads of its rows. Default:
@@ -102,11 +112,14 @@ class WorkerDataClient {
                                             int64_t segment_bytes, bool upload, HostTensor* t,
                                             const ProgressFn& progress);
 
+  // Deadline and capability of one call.
+  void Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const;
   // Makes sure segments_[0..n) exist and hold `bytes` each.
   absl::Status EnsureSegments(int n, int64_t bytes);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Worker::Stub> stub_;
+  grpc::GenericStub raw_stub_;  // Upload and Download as raw chunk streams
   // Kept between shared-memory transfers: their pages stay mapped here (no page faults on
   // reuse) and, through keep_mapping, in the worker.
   std::unique_ptr<ShmSegment> segments_[2];
@@ -114,6 +127,7 @@ class WorkerDataClient {
   std::string address_;
   std::string session_id_;
   std::string client_id_;
+  std::string capability_;
   absl::Duration timeout_;
 };
 

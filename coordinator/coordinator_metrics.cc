@@ -1,15 +1,7 @@
 #include "coordinator/coordinator_metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <exception>
-#include <thread>
-
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/support/status_code_enum.h"
 
 namespace dfa {
@@ -47,18 +39,6 @@ const prometheus::Histogram::BucketBoundaries& OverheadBuckets() {
   static const auto* const kBuckets = new prometheus::Histogram::BucketBoundaries{
       0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.03, 0.1, 0.3, 1};
   return *kBuckets;
-}
-
-// Opens and closes one TCP connection to 127.0.0.1:port (errors ignored).
-void Poke(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  close(fd);
 }
 
 }  // namespace
@@ -125,7 +105,17 @@ CoordinatorMetrics::CoordinatorMetrics()
       grpc_errors_(prometheus::BuildCounter()
                        .Name("dfa_grpc_errors_total")
                        .Help("RPCs answered with a non-OK status")
-                       .Register(*registry_)) {
+                       .Register(*registry_)),
+      requests_(prometheus::BuildCounter()
+                    .Name("dfa_coordinator_requests_total")
+                    .Help("RPCs the coordinator answered, by method and status code")
+                    .Register(*registry_)) {
+  // Every method's OK series exists from the start, so that error ratios have a denominator.
+  const google::protobuf::ServiceDescriptor* service =
+      v1::GetJobRequest::descriptor()->file()->FindServiceByName("Coordinator");
+  for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+    requests_.Add({{"rpc", std::string(service->method(i)->name())}, {"code", "OK"}});
+  }
   // Create every job series at zero, so that rate() and the dashboard see them from the start.
   for (v1::JobKind kind : {v1::JOB_FORWARD, v1::JOB_BACKWARD}) {
     const std::string k = JobKindLabel(kind);
@@ -138,36 +128,19 @@ CoordinatorMetrics::CoordinatorMetrics()
   }
 }
 
-absl::StatusOr<int> CoordinatorMetrics::Serve(int port) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat("0.0.0.0:", port));
-  } catch (const std::exception& e) {  // civetweb reports bind errors by throwing
-    return absl::UnavailableError(
-        absl::StrCat("metrics_port: cannot serve metrics on port ", port, ": ", e.what()));
+absl::StatusOr<int> CoordinatorMetrics::Serve(int port, ReadinessCheck ready) {
+  absl::StatusOr<int> bound =
+      http_.Start(absl::StrCat("0.0.0.0:", port), registry_, std::move(ready));
+  if (!bound.ok()) {
+    return absl::Status(bound.status().code(),
+                        absl::StrCat("metrics_port: ", bound.status().message()));
   }
-  exposer_->RegisterCollectable(registry_);
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  port_ = ports.empty() ? port : ports[0];
-  return port_;
+  return bound;
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() { StopServing(); }
 
-void CoordinatorMetrics::StopServing() {
-  if (!exposer_) return;
-  // civetweb's listener notices the stop flag only when its poll() returns (a timeout of a
-  // second or two); a connection wakes it at once, so poke it while it stops.
-  std::atomic<bool> stopped{false};
-  std::thread poker([&] {
-    while (!stopped) {
-      Poke(port_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  });
-  exposer_.reset();
-  stopped = true;
-  poker.join();
-}
+void CoordinatorMetrics::StopServing() { http_.Stop(); }
 
 void CoordinatorMetrics::JobFinished(v1::JobKind kind, v1::JobState state, double latency_seconds,
                                      double flops) {
@@ -187,6 +160,11 @@ void CoordinatorMetrics::SetMemoryReserved(int64_t bytes) {
   memory_reserved_.Set(static_cast<double>(bytes));
 }
 void CoordinatorMetrics::SetLiveWorkers(int workers) { live_workers_.Set(workers); }
+
+void CoordinatorMetrics::RpcAnswered(absl::string_view method, int code) {
+  requests_.Add({{"rpc", std::string(method)}, {"code", CodeName(code)}}).Increment();
+  if (code != 0) GrpcError(method, code);
+}
 
 void CoordinatorMetrics::GrpcError(absl::string_view method, int code) {
   grpc_errors_

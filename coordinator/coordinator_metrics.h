@@ -1,5 +1,6 @@
 // The coordinator's Prometheus metrics (names and labels: docs/metrics.md). The registry always
-// exists; Serve() exposes it on /metrics when a port is configured.
+// exists; Serve() exposes it on /metrics when a port is configured, beside /healthz and /readyz
+// (core/observability/metrics_http_server.h).
 // Thread safety: all methods may be called from any thread (prometheus-cpp is thread-safe).
 #pragma once
 
@@ -7,10 +8,10 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "dfa/v1/coordinator.pb.h"
+#include "core/observability/metrics_http_server.h"
 #include "core/status.h"
+#include "dfa/v1/coordinator.pb.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -23,7 +24,8 @@ class CoordinatorMetrics {
   ~CoordinatorMetrics();  // StopServing()
 
   // port 0 picks a free port. Returns the bound port. UNAVAILABLE when it cannot bind.
-  absl::StatusOr<int> Serve(int port);
+  // `ready` answers /readyz ("" when ready, else why not); it runs until StopServing returns.
+  absl::StatusOr<int> Serve(int port, ReadinessCheck ready = {});
   // Stops the HTTP endpoint (promptly). Idempotent.
   void StopServing();
 
@@ -35,15 +37,17 @@ class CoordinatorMetrics {
   void SetSessions(int sessions);
   void SetMemoryReserved(int64_t bytes);
   void SetLiveWorkers(int workers);
-  // An RPC answered with a non-OK status.
+  // An RPC answered with status `code` (a grpc::StatusCode): counted in
+  // dfa_coordinator_requests_total{rpc, code} and, when not OK, in dfa_grpc_errors_total.
+  void RpcAnswered(absl::string_view method, int code);
+  // An RPC answered with a non-OK status (dfa_grpc_errors_total only).
   void GrpcError(absl::string_view method, int code);
 
   prometheus::Registry& registry() { return *registry_; }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_ = 0;
+  MetricsHttpServer http_;
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Family<prometheus::Histogram>& overhead_;
   prometheus::Family<prometheus::Counter>& jobs_;
@@ -53,6 +57,7 @@ class CoordinatorMetrics {
   prometheus::Gauge& memory_reserved_;
   prometheus::Gauge& live_workers_;
   prometheus::Family<prometheus::Counter>& grpc_errors_;
+  prometheus::Family<prometheus::Counter>& requests_;
 };
 
 // "forward" / "backward"; "succeeded" / "failed" / "cancelled" (label values).

@@ -1,50 +1,73 @@
 #include "coordinator/coordinator_service.h"
 
 #include <algorithm>
+#include <iostream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/grpc_status.h"
+#include "core/session_capability.h"
 
 namespace dfa {
-namespace {
-
-// How long one WatchJob wait lasts before it re-checks the client and the server.
-constexpr absl::Duration kWatchPoll = absl::Milliseconds(250);
-
-}  // namespace
 
 CoordinatorService::CoordinatorService(const CoordinatorOptions& options,
                                        CoordinatorMetrics* metrics,
                                        std::shared_ptr<const RpcSecurity> security)
     : options_(options),
       metrics_(metrics),
-      registry_(options.lease),
+      registry_(options.lease, std::max(options.lease / 3, 2 * options.tick)),
       stubs_(std::move(security)),
+      admission_(&registry_, &stubs_, options.register_check_timeout),
       sessions_(options, &registry_, &stubs_),
-      jobs_(options, &stubs_, &sessions_, metrics) {}
+      watches_(&jobs_,
+               WatchLimits{options.limits.max_watch_streams,
+                           options.limits.max_watch_streams_per_client},
+               [this](const absl::Status& s) { return Reply("WatchJob", s); }),
+      jobs_(options, &stubs_, &sessions_, metrics) {
+  jobs_.SetChangeListener([this](const std::string& job_id) { watches_.Notify(job_id); });
+}
 
 CoordinatorService::~CoordinatorService() { Shutdown(); }
 
 void CoordinatorService::Shutdown() {
   shutting_down_ = true;
   jobs_.Shutdown();
+  watches_.Shutdown();  // ends the open WatchJob streams (UNAVAILABLE)
 }
 
-absl::Status CoordinatorService::Authorize(const grpc::ServerContext& ctx) const {
-  if (options_.auth_token.empty()) return absl::OkStatus();
-  const std::string expected = absl::StrCat("Bearer ", options_.auth_token);
-  auto range = ctx.client_metadata().equal_range("authorization");
-  for (auto it = range.first; it != range.second; ++it) {
-    if (std::string(it->second.data(), it->second.size()) == expected) return absl::OkStatus();
+absl::Status CoordinatorService::Authorize(const grpc::ServerContextBase& ctx) const {
+  if (!options_.worker_token.empty() && CarriesBearerToken(ctx, options_.worker_token)) {
+    return absl::PermissionDeniedError(
+        "authorization: the worker token admits only RegisterWorker and Heartbeat; clients use "
+        "the client token (--auth_token)");
+  }
+  if (options_.auth_token.empty() || CarriesBearerToken(ctx, options_.auth_token)) {
+    return absl::OkStatus();
   }
   return absl::UnauthenticatedError(
       "authorization: missing or wrong token (metadata \"authorization: Bearer <token>\")");
 }
 
+absl::Status CoordinatorService::AuthorizeWorker(const grpc::ServerContext& ctx,
+                                                 const char* method) const {
+  if (options_.worker_token.empty() || CarriesBearerToken(ctx, options_.worker_token)) {
+    return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError(absl::StrCat(
+      "authorization: ", method, " needs the worker token (metadata \"authorization: Bearer "
+      "<worker token>\", dfa-worker --worker_token); missing or wrong"));
+}
+
 grpc::Status CoordinatorService::Reply(const char* method, const absl::Status& status) {
-  if (!status.ok()) metrics_->GrpcError(method, static_cast<int>(status.code()));
+  metrics_->RpcAnswered(method, static_cast<int>(status.code()));
   return ToGrpcStatus(status);
+}
+
+int CoordinatorService::LiveWorkers() const {
+  const absl::Time now = absl::Now();
+  int live = 0;
+  for (const RegisteredWorker& w : registry_.Snapshot()) live += registry_.Live(w, now) ? 1 : 0;
+  return live;
 }
 
 int CoordinatorService::LeaseMs() const {
@@ -70,8 +93,9 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx,
                                            const v1::SubmitJobRequest* req, v1::Job* resp) {
   auto run = [&]() -> absl::Status {
     RETURN_IF_ERROR(Authorize(*ctx));
-    ASSIGN_OR_RETURN(std::shared_ptr<const SessionInfo> session,
-                     sessions_.Use(req->session_id(), req->client_id()));
+    ASSIGN_OR_RETURN(
+        std::shared_ptr<const SessionInfo> session,
+        sessions_.Use(req->session_id(), req->client_id(), PresentedCapability(*ctx)));
     ASSIGN_OR_RETURN(*resp, jobs_.Submit(std::move(session), req->kind()));
     return absl::OkStatus();
   };
@@ -82,40 +106,24 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* ctx, const v1::GetJ
                                         v1::Job* resp) {
   auto run = [&]() -> absl::Status {
     RETURN_IF_ERROR(Authorize(*ctx));
-    ASSIGN_OR_RETURN(*resp, jobs_.Get(req->job_id(), req->client_id()));
+    ASSIGN_OR_RETURN(*resp,
+                     jobs_.Get(req->job_id(), req->client_id(), PresentedCapability(*ctx)));
     return absl::OkStatus();
   };
   return Reply("GetJob", run());
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
-                                          grpc::ServerWriter<v1::Job>* writer) {
-  auto run = [&]() -> absl::Status {
-    RETURN_IF_ERROR(Authorize(*ctx));
-    uint64_t version = 0;
-    uint64_t sent = 0;
-    while (true) {
-      ASSIGN_OR_RETURN(v1::Job job,
-                       jobs_.WaitForChange(req->job_id(), req->client_id(), &version, kWatchPoll));
-      if (version != sent) {
-        if (!writer->Write(job)) {
-          return absl::CancelledError("job_id: watcher went away");
-        }
-        sent = version;
-      }
-      if (job.state() >= v1::JOB_SUCCEEDED) return absl::OkStatus();
-      if (ctx->IsCancelled()) return absl::CancelledError("job_id: watch cancelled by client");
-      if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-    }
-  };
-  return Reply("WatchJob", run());
+grpc::ServerWriteReactor<v1::Job>* CoordinatorService::WatchJob(grpc::CallbackServerContext* ctx,
+                                                                const v1::GetJobRequest* req) {
+  return watches_.Start(*req, Authorize(*ctx), PresentedCapability(*ctx));
 }
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                                            v1::Job* resp) {
   auto run = [&]() -> absl::Status {
     RETURN_IF_ERROR(Authorize(*ctx));
-    ASSIGN_OR_RETURN(*resp, jobs_.Cancel(req->job_id(), req->client_id()));
+    ASSIGN_OR_RETURN(*resp,
+                     jobs_.Cancel(req->job_id(), req->client_id(), PresentedCapability(*ctx)));
     return absl::OkStatus();
   };
   return Reply("CancelJob", run());
@@ -127,7 +135,8 @@ grpc::Status CoordinatorService::ReleaseSession(grpc::ServerContext* ctx,
   auto run = [&]() -> absl::Status {
     RETURN_IF_ERROR(Authorize(*ctx));
     bool released_already = false;
-    RETURN_IF_ERROR(sessions_.CheckOwner(req->session_id(), req->client_id(), &released_already));
+    RETURN_IF_ERROR(sessions_.CheckOwner(req->session_id(), req->client_id(),
+                                         PresentedCapability(*ctx), &released_already));
     if (released_already) return absl::OkStatus();
     jobs_.ReleaseSession(req->session_id());
     sessions_.Remove(req->session_id());
@@ -154,7 +163,8 @@ grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx,
           std::max(w.reported_used_bytes, sessions_.ReservedBytes(w.info.worker_id())));
       info->set_speed(w.info.speed());
       info->set_last_seen_seconds(absl::ToDoubleSeconds(now - w.last_seen));
-      info->set_alive(now - w.last_seen <= options_.lease);
+      info->set_alive(registry_.Live(w, now));
+      info->set_incarnation(w.incarnation);
     }
   }
   return Reply("ListWorkers", s);
@@ -181,21 +191,28 @@ grpc::Status CoordinatorService::GetStatus(grpc::ServerContext* ctx,
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
                                                 const v1::RegisterWorkerRequest* req,
                                                 v1::RegisterWorkerResponse* resp) {
-  bool replaced = false;
-  absl::StatusOr<uint64_t> incarnation = registry_.Register(*req, absl::Now(), &replaced);
-  if (incarnation.ok()) {
-    // A worker registering again under its id has restarted: what it held is gone.
-    if (replaced) WorkerLost(req->worker_id(), *incarnation, "re-registered (restarted)");
+  auto run = [&]() -> absl::Status {
+    RETURN_IF_ERROR(AuthorizeWorker(*ctx, "RegisterWorker"));
+    ASSIGN_OR_RETURN(Admission admitted, admission_.Admit(*req));
+    // A new process under the id (restarted, or the old one's lease ran out): what the old
+    // one held is gone.
+    if (admitted.replaced) {
+      WorkerLost(req->worker_id(), admitted.incarnation,
+                 absl::StrCat("was replaced by a new process at ", req->address(),
+                              " (restarted)"));
+    }
     resp->set_lease_ms(LeaseMs());
     metrics_->SetLiveWorkers(registry_.size());
-  }
-  return Reply("RegisterWorker", incarnation.status());
+    return absl::OkStatus();
+  };
+  return Reply("RegisterWorker", run());
 }
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
                                            const v1::HeartbeatRequest* req,
                                            v1::HeartbeatResponse* resp) {
-  absl::Status s = registry_.Heartbeat(*req, absl::Now());
+  absl::Status s = AuthorizeWorker(*ctx, "Heartbeat");
+  if (s.ok()) s = registry_.Heartbeat(*req, absl::Now());
   if (s.ok()) resp->set_lease_ms(LeaseMs());
   return Reply("Heartbeat", s);
 }
@@ -209,8 +226,15 @@ void CoordinatorService::WorkerLost(const std::string& worker_id, uint64_t below
 void CoordinatorService::Tick(absl::Time now) {
   const std::string reason =
       absl::StrCat("was lost (no heartbeat for one lease, ", LeaseMs(), " ms)");
+  const int stalls = registry_.stalls();
   for (const std::string& id : registry_.ExpireLeases(now)) {
     WorkerLost(id, std::numeric_limits<uint64_t>::max(), reason);
+  }
+  if (registry_.stalls() != stalls) {
+    std::cerr << "dfa-coordinator: the lease check did not run for longer than a heartbeat "
+                 "period (the coordinator was stopped or starved); every worker's lease "
+                 "restarts now instead of running out"
+              << std::endl;
   }
   for (const std::string& id : sessions_.Expired(now)) {
     if (jobs_.SessionBusy(id)) {

@@ -14,15 +14,19 @@
 #include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/job_watch.h"
 #include "coordinator/options.h"
 #include "coordinator/session_manager.h"
+#include "coordinator/worker_admission.h"
 #include "coordinator/worker_registry.h"
 #include "coordinator/worker_stubs.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
 
 namespace dfa {
 
-class CoordinatorService final : public v1::Coordinator::Service {
+// WatchJob is a callback (reactor) method: a watch costs no thread (coordinator/job_watch.h).
+class CoordinatorService final
+    : public v1::Coordinator::WithCallbackMethod_WatchJob<v1::Coordinator::Service> {
  public:
   // `security`: credentials of the channels to workers (null: insecure).
   CoordinatorService(const CoordinatorOptions& options, CoordinatorMetrics* metrics,
@@ -35,8 +39,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                          v1::Job* resp) override;
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                       v1::Job* resp) override;
-  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
-                        grpc::ServerWriter<v1::Job>* writer) override;
+  grpc::ServerWriteReactor<v1::Job>* WatchJob(grpc::CallbackServerContext* ctx,
+                                              const v1::GetJobRequest* req) override;
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                          v1::Job* resp) override;
   grpc::Status ReleaseSession(grpc::ServerContext* ctx, const v1::ReleaseSessionRequest* req,
@@ -50,15 +54,21 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override;
 
-  // Expires leases (failing the lost workers' jobs and sessions) and idle sessions; updates
-  // the gauges.
+  // Expires leases (failing the lost workers' jobs and sessions; after a stall of the
+  // coordinator itself, restarts them instead: WorkerRegistry) and idle sessions; updates the
+  // gauges.
   void Tick(absl::Time now);
   void Shutdown();
+  // Registered workers whose lease is valid now (the coordinator is ready with at least one).
+  int LiveWorkers() const;
 
  private:
-  // UNAUTHENTICATED unless the request carries the configured token (when one is set).
-  absl::Status Authorize(const grpc::ServerContext& ctx) const;
-  // Converts and counts errors (dfa_grpc_errors_total).
+  // Client RPCs: UNAUTHENTICATED unless the request carries the client token (when one is
+  // set); PERMISSION_DENIED for a call carrying the worker token (when one is set).
+  absl::Status Authorize(const grpc::ServerContextBase& ctx) const;
+  // Worker RPCs: UNAUTHENTICATED unless the request carries the worker token (when one is set).
+  absl::Status AuthorizeWorker(const grpc::ServerContext& ctx, const char* method) const;
+  // Converts and counts the answer (dfa_coordinator_requests_total, dfa_grpc_errors_total).
   grpc::Status Reply(const char* method, const absl::Status& status);
   void WorkerLost(const std::string& worker_id, uint64_t below_incarnation,
                   absl::string_view reason);
@@ -68,7 +78,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
   CoordinatorMetrics* const metrics_;
   WorkerRegistry registry_;
   WorkerStubs stubs_;
+  WorkerAdmission admission_;
   SessionManager sessions_;
+  // Before jobs_: the JobManager tells it about changes until the manager is gone.
+  JobWatchHub watches_;
   JobManager jobs_;
   std::atomic<bool> shutting_down_{false};
 };

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/grpc_status.h"
+#include "core/random_id.h"
+#include "core/session_capability.h"
 #include "coordinator/session_plan.h"
 #include "core/mask.h"
 #include "core/trace.h"
@@ -89,7 +91,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(std::shared_ptr<const SessionInfo> se
     rec->session = session;
     rec->submitted = absl::Now();
     v1::Job& job = rec->job;
-    job.set_job_id(NewId("j-"));
+    job.set_job_id(RandomId("j-"));
     job.set_session_id(session->session_id);
     job.set_kind(kind);
     job.set_state(v1::JOB_QUEUED);
@@ -123,7 +125,7 @@ void JobManager::TakeStartable() {
     const int n = static_cast<int>(shards.size());
     rec->job.set_state(v1::JOB_RUNNING);
     rec->started = absl::Now();
-    rec->version++;
+    Changed(*rec);
     rec->contexts.resize(n);
     rec->requests.resize(n);
     rec->responses.resize(n);
@@ -131,6 +133,7 @@ void JobManager::TakeStartable() {
     rec->pending = n;
     for (int r = 0; r < n; ++r) {
       rec->contexts[r] = ContextWithTimeout(options_.job_timeout);
+      AttachCapability(rec->contexts[r].get(), rec->session->capability);
       v1::RunJobRequest& req = rec->requests[r];
       req.set_session_id(rec->session->session_id);
       req.set_job_id(rec->job.job_id());
@@ -219,7 +222,7 @@ void JobManager::OnWorkerDone(const std::shared_ptr<Record>& rec, int rank,
       FailLocked(*rec, FromGrpcStatus(status, absl::StrCat("worker ", shard.worker_id, " (",
                                                            shard.address, ") RunJob")));
     }
-    rec->version++;
+    Changed(*rec);
     if (rec->pending == 0) FinishLocked(*rec);
   }
   Flush();
@@ -284,7 +287,7 @@ void JobManager::FinishLocked(Record& rec) {
     running_--;
     for (const SessionShard& s : rec.session->shards) busy_workers_.erase(s.worker_id);
   }
-  rec.version++;
+  Changed(rec);
   metrics_->JobFinished(job.kind(), job.state(), absl::ToDoubleSeconds(now - rec.submitted),
                         job.flops());
   if (auto it = session_jobs_.find(job.session_id()); it != session_jobs_.end()) {
@@ -303,28 +306,42 @@ void JobManager::FinishLocked(Record& rec) {
   UpdateGaugesLocked();
 }
 
+void JobManager::SetChangeListener(std::function<void(const std::string&)> listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
+void JobManager::Changed(Record& rec) {
+  rec.version++;
+  if (listener_) listener_(rec.job.job_id());
+}
+
 absl::StatusOr<std::shared_ptr<JobManager::Record>> JobManager::FindLocked(
-    const std::string& job_id, const std::string& client_id) {
+    const std::string& job_id, const std::string& client_id, const std::string& capability) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job_id: unknown job ", job_id));
-  if (it->second->session->client_id != client_id) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("client_id: job ", job_id, " belongs to another client"));
+  const SessionInfo& session = *it->second->session;
+  if (absl::Status access = CheckSessionAccess(session.session_id, session.client_id,
+                                               session.capability, client_id, capability);
+      !access.ok()) {
+    return absl::Status(access.code(), absl::StrCat(access.message(), " (job ", job_id, ")"));
   }
   return it->second;
 }
 
-absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id, const std::string& client_id) {
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id, const std::string& client_id,
+                                        const std::string& capability) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(std::shared_ptr<Record> rec, FindLocked(job_id, client_id));
+  ASSIGN_OR_RETURN(std::shared_ptr<Record> rec, FindLocked(job_id, client_id, capability));
   return rec->job;
 }
 
 absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& job_id,
-                                                  const std::string& client_id, uint64_t* version,
+                                                  const std::string& client_id,
+                                                  const std::string& capability, uint64_t* version,
                                                   absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(std::shared_ptr<Record> rec, FindLocked(job_id, client_id));
+  ASSIGN_OR_RETURN(std::shared_ptr<Record> rec, FindLocked(job_id, client_id, capability));
   if (*version != 0) {
     const uint64_t seen = *version;
     auto changed = [&]()
@@ -336,13 +353,14 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& job_id,
 }
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id,
-                                           const std::string& client_id) {
+                                           const std::string& client_id,
+                                           const std::string& capability) {
   v1::Job out;
   {
     absl::MutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(std::shared_ptr<Record> rec, FindLocked(job_id, client_id));
+    ASSIGN_OR_RETURN(std::shared_ptr<Record> rec, FindLocked(job_id, client_id, capability));
     FailLocked(*rec, absl::CancelledError(absl::StrCat("job ", job_id, " cancelled by client")));
-    rec->version++;
+    Changed(*rec);
     out = rec->job;
   }
   Flush();
@@ -358,7 +376,7 @@ void JobManager::ReleaseSession(const std::string& session_id) {
         auto rec = jobs_.at(it->second.active_job);
         FailLocked(*rec,
                    absl::CancelledError(absl::StrCat("session ", session_id, " was released")));
-        rec->version++;
+        Changed(*rec);
       }
       session_jobs_.erase(session_id);
     }
@@ -395,7 +413,7 @@ void JobManager::OnWorkerLost(const std::string& worker_id, uint64_t below_incar
       }
       FailLocked(*rec, absl::UnavailableError(absl::StrCat("worker ", worker_id, " ", reason,
                                                            " during job ", rec->job.job_id())));
-      rec->version++;
+      Changed(*rec);
     }
   }
   Flush();
@@ -437,7 +455,7 @@ void JobManager::Shutdown() {
           }
         }
         FailLocked(*rec, absl::CancelledError("the coordinator is shutting down"));
-        rec->version++;
+        Changed(*rec);
       }
     }
   }

@@ -9,6 +9,10 @@
 // and, if they do not return within the control deadline, by cancelling the calls).
 // A worker lost mid-job fails the job at once with UNAVAILABLE naming the worker.
 //
+// Access: the job rpcs take the capability of the job's session (and its client_id), checked as
+// SessionManager checks it (CheckSessionAccess). Job ids are random (core/random_id.h) but not
+// secrets. RunJob calls carry the session's capability to the workers.
+//
 // Per session: at most one job queued or running (FAILED_PRECONDITION otherwise), and a
 // backward job needs the session's last forward job to have succeeded.
 //
@@ -18,6 +22,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -46,14 +51,18 @@ class JobManager {
 
   // INVALID_ARGUMENT for an unknown kind; FAILED_PRECONDITION as described above.
   absl::StatusOr<v1::Job> Submit(std::shared_ptr<const SessionInfo> session, v1::JobKind kind);
-  // NOT_FOUND (unknown or forgotten job), PERMISSION_DENIED (another client's job).
-  absl::StatusOr<v1::Job> Get(const std::string& job_id, const std::string& client_id);
+  // NOT_FOUND (unknown or forgotten job), PERMISSION_DENIED (missing or wrong capability of
+  // the job's session, or another client's job).
+  absl::StatusOr<v1::Job> Get(const std::string& job_id, const std::string& client_id,
+                              const std::string& capability);
   // Waits up to `timeout` for a change after `*version` (0: return at once) and returns the
   // job with *version updated. Returns the same version when nothing changed.
   absl::StatusOr<v1::Job> WaitForChange(const std::string& job_id, const std::string& client_id,
-                                        uint64_t* version, absl::Duration timeout);
+                                        const std::string& capability, uint64_t* version,
+                                        absl::Duration timeout);
   // Cancels a queued or running job; a finished job is returned unchanged (idempotent).
-  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& client_id);
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& client_id,
+                                 const std::string& capability);
 
   // The session is being released: cancel its jobs and forget its forward state.
   void ReleaseSession(const std::string& session_id);
@@ -69,6 +78,10 @@ class JobManager {
 
   int running();
   int queued();
+
+  // Called after every change of a job, with the manager's lock held: it must not call back
+  // into the manager (WatchJob's hub only records the id, coordinator/job_watch.h).
+  void SetChangeListener(std::function<void(const std::string& job_id)> listener);
 
  private:
   struct Record;
@@ -90,9 +103,12 @@ class JobManager {
   // Final state, metrics, bookkeeping; starts what may start now.
   void FinishLocked(Record& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Record>> FindLocked(const std::string& job_id,
-                                                     const std::string& client_id)
+                                                     const std::string& client_id,
+                                                     const std::string& capability)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job's state changed: bumps its version and tells the listener.
+  void Changed(Record& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   WorkerStubs* const stubs_;
@@ -108,6 +124,7 @@ class JobManager {
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(const std::string&)> listener_ ABSL_GUARDED_BY(mu_);
   // Work queued under the lock for Flush().
   std::vector<std::shared_ptr<Record>> to_launch_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Record>> to_stop_ ABSL_GUARDED_BY(mu_);

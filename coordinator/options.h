@@ -15,6 +15,11 @@ namespace dfa {
 // coordinator's own.
 struct CoordinatorLimits : SpecLimits {
   int max_sessions = 1024;  // open sessions over all clients
+  // Concurrent WatchJob streams over all clients and per client_id (RESOURCE_EXHAUSTED beyond).
+  int max_watch_streams = 4096;
+  int max_watch_streams_per_client = 256;
+  // Threads serving synchronous rpcs at once (RESOURCE_EXHAUSTED beyond).
+  int max_rpc_threads = 512;
   int max_client_id_len = 256;
   int max_ttl_seconds = 7 * 24 * 3600;
 };
@@ -36,9 +41,15 @@ struct CoordinatorOptions {
   absl::Duration tick = absl::Milliseconds(100);
   // Finished jobs kept for GetJob/WatchJob (oldest finished forgotten first).
   int max_retained_jobs = 10000;
-  // Non-empty: client RPCs must carry metadata "authorization: Bearer <token>". Worker RPCs
-  // (RegisterWorker, Heartbeat) are cluster-internal and not checked.
+  // Non-empty: client RPCs must carry metadata "authorization: Bearer <token>".
   std::string auth_token;
+  // Non-empty: worker RPCs (RegisterWorker, Heartbeat) must carry "authorization: Bearer
+  // <worker_token>", and a client RPC carrying it is refused (it is no client credential).
+  // Must differ from auth_token. Empty: registration is open (docs/security.md).
+  std::string worker_token;
+  // How long RegisterWorker waits for a worker's address (and a live holder of its id) to
+  // answer the reachability check (coordinator/worker_admission.h).
+  absl::Duration register_check_timeout = absl::Seconds(1);
   // TLS files (--tls_cert/--tls_key/--tls_ca, optional --tls_server_name): when set, the server
   // requires client certificates signed by the CA (mTLS) and calls to workers use TLS with this
   // certificate. Empty: insecure. Its auth_token is unused (workers check no token).

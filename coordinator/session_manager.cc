@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <limits>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/grpc_status.h"
+#include "core/random_id.h"
+#include "core/session_capability.h"
 #include "coordinator/session_memory.h"
 #include "coordinator/session_plan.h"
 #include "core/spec_validation.h"
@@ -33,9 +34,15 @@ std::string WorkerName(const SessionShard& s) {
 
 }  // namespace
 
-std::string NewId(absl::string_view prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return absl::StrFormat("%s%016x%016x", prefix, rng(), rng());
+absl::Status CheckSessionAccess(absl::string_view session_id, const std::string& owner_client_id,
+                                const std::string& owner_capability, const std::string& client_id,
+                                const std::string& capability) {
+  RETURN_IF_ERROR(VerifyCapability(owner_capability, capability, session_id));
+  if (owner_client_id != client_id) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("client_id: session ", session_id, " belongs to another client"));
+  }
+  return absl::OkStatus();
 }
 
 SessionManager::SessionManager(const CoordinatorOptions& options, WorkerRegistry* registry,
@@ -139,8 +146,9 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
     return absl::InternalError(absl::StrCat("planner returned ", info->plan.workers_size(),
                                             " worker plans for ", n, " workers"));
   }
-  info->session_id = NewId("s-");
+  info->session_id = RandomId("s-");
   info->client_id = request.client_id();
+  info->capability = NewCapability();
   info->spec = request.spec();
   info->transport = backend == "cuda" ? "nccl" : "ucx";
   for (int r = 0; r < n; ++r) {
@@ -203,6 +211,7 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
 
   v1::CreateSessionResponse response;
   response.set_session_id(info->session_id);
+  response.set_session_capability(info->capability);
   int64_t most = 0;
   for (const SessionShard& s : info->shards) {
     v1::ShardPlacement* p = response.add_shards();
@@ -257,6 +266,7 @@ absl::Status SessionManager::OpenOnWorkers(SessionInfo* info, std::vector<int64_
     req.set_transport(info->transport);
     req.set_nccl_unique_id(nccl_id);
     req.set_client_id(info->client_id);
+    req.set_session_capability(info->capability);
     v1::OpenSessionResponse resp;
     auto ctx = ContextWithTimeout(options_.rpc_timeout);
     results[r] = FromGrpcStatus(stubs_->Get(s.address)->OpenSession(ctx.get(), req, &resp),
@@ -294,13 +304,14 @@ void SessionManager::CloseOnWorkers(const SessionInfo& info, const std::vector<b
     req.set_session_id(info.session_id);
     v1::CloseSessionResponse resp;
     auto ctx = ContextWithTimeout(options_.rpc_timeout);
+    AttachCapability(ctx.get(), info.capability);
     // Best effort: a lost worker has dropped the session with its memory anyway.
     (void)stubs_->Get(info.shards[r].address)->CloseSession(ctx.get(), req, &resp);
   });
 }
 
 absl::StatusOr<std::shared_ptr<const SessionInfo>> SessionManager::Use(
-    const std::string& session_id, const std::string& client_id) {
+    const std::string& session_id, const std::string& client_id, const std::string& capability) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end() || !it->second.open) {
@@ -310,38 +321,34 @@ absl::StatusOr<std::shared_ptr<const SessionInfo>> SessionManager::Use(
     return absl::NotFoundError(absl::StrCat("session_id: unknown session ", session_id));
   }
   Entry& e = it->second;
-  if (e.info->client_id != client_id) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("client_id: session ", session_id, " belongs to another client"));
-  }
+  RETURN_IF_ERROR(CheckSessionAccess(session_id, e.info->client_id, e.info->capability, client_id,
+                                     capability));
   if (e.lost) return absl::UnavailableError(e.lost_reason);
   e.last_active = absl::Now();
   return std::shared_ptr<const SessionInfo>(e.info);
 }
 
 absl::Status SessionManager::CheckOwner(const std::string& session_id, const std::string& client_id,
-                                        bool* released_already) {
+                                        const std::string& capability, bool* released_already) {
   absl::MutexLock lock(&mu_);
   *released_already = false;
-  std::string owner;
   auto it = sessions_.find(session_id);
   if (it != sessions_.end() && it->second.open) {
-    owner = it->second.info->client_id;
-  } else if (auto r = released_.find(session_id); r != released_.end()) {
-    owner = r->second;
+    const SessionInfo& info = *it->second.info;
+    return CheckSessionAccess(session_id, info.client_id, info.capability, client_id, capability);
+  }
+  if (auto r = released_.find(session_id); r != released_.end()) {
+    RETURN_IF_ERROR(CheckSessionAccess(session_id, r->second.client_id, r->second.capability,
+                                       client_id, capability));
     *released_already = true;
-  } else {
-    return absl::NotFoundError(absl::StrCat("session_id: unknown session ", session_id));
+    return absl::OkStatus();
   }
-  if (owner != client_id) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("client_id: session ", session_id, " belongs to another client"));
-  }
-  return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("session_id: unknown session ", session_id));
 }
 
-void SessionManager::Tombstone(const std::string& session_id, const std::string& client_id) {
-  released_[session_id] = client_id;
+void SessionManager::Tombstone(const SessionInfo& info) {
+  const std::string& session_id = info.session_id;
+  released_[session_id] = Released{info.client_id, info.capability};
   released_order_.push_back(session_id);
   while (released_order_.size() > kMaxTombstones) {
     released_.erase(released_order_.front());
@@ -358,7 +365,7 @@ void SessionManager::Remove(const std::string& session_id) {
     if (it == sessions_.end() || !it->second.open) return;
     info = it->second.info;
     close = !it->second.lost;  // a lost session was closed on its survivors already
-    Tombstone(session_id, info->client_id);
+    Tombstone(*info);
     sessions_.erase(it);
   }
   if (close) CloseOnWorkers(*info, std::vector<bool>(info->shards.size(), true));

@@ -1,5 +1,11 @@
 // Sessions: creation (validation, placement, plan, admission, OpenSession on every placed
-// worker), ownership by client id, time-to-live, release, and loss of a worker.
+// worker), access by capability, time-to-live, release, and loss of a worker.
+//
+// Access: each session has a capability, a secret made at creation (core/random_id.h,
+// NewCapability) and returned only in the CreateSessionResponse; the coordinator passes it to
+// every placed worker in OpenSession and sends it with its RunJob and CloseSession calls. A call
+// on the session must present it (and the creating client's client_id, a label kept for logs
+// and accounting): PERMISSION_DENIED naming the session otherwise.
 //
 // A session's placement and plan never change after creation (SessionInfo is immutable and
 // shared with the jobs that use it). Memory is reserved per worker from the session's
@@ -42,6 +48,7 @@ struct SessionShard {
 struct SessionInfo {
   std::string session_id;
   std::string client_id;
+  std::string capability;  // secret; never logged, never in an error message
   v1::AttentionSpec spec;
   v1::Plan plan;
   std::string transport;                         // "ucx" or "nccl"
@@ -55,14 +62,16 @@ class SessionManager {
 
   absl::StatusOr<v1::CreateSessionResponse> Create(const v1::CreateSessionRequest& request);
 
-  // The session for a job of `client_id`: NOT_FOUND (unknown), PERMISSION_DENIED (another
-  // client's), UNAVAILABLE (a worker of it was lost). Renews its time-to-live.
+  // The session for a job: NOT_FOUND (unknown), PERMISSION_DENIED (missing or wrong
+  // capability, or another client_id), UNAVAILABLE (a worker of it was lost). Renews its
+  // time-to-live.
   absl::StatusOr<std::shared_ptr<const SessionInfo>> Use(const std::string& session_id,
-                                                         const std::string& client_id);
-  // Ownership only: NOT_FOUND / PERMISSION_DENIED; OK also for a session the owner released
-  // earlier (*released_already is then true).
+                                                         const std::string& client_id,
+                                                         const std::string& capability);
+  // Access only: NOT_FOUND / PERMISSION_DENIED; OK also for a session released earlier
+  // (*released_already is then true), with the same capability and client_id.
   absl::Status CheckOwner(const std::string& session_id, const std::string& client_id,
-                          bool* released_already);
+                          const std::string& capability, bool* released_already);
   // Forgets the session and closes it on its workers (best effort, with deadlines).
   void Remove(const std::string& session_id);
   // Renews the time-to-live (a job of the session made progress).
@@ -96,8 +105,7 @@ class SessionManager {
   // the worker says it reserved.
   absl::Status OpenOnWorkers(SessionInfo* info, std::vector<int64_t>* worker_bytes);
   void CloseOnWorkers(const SessionInfo& info, const std::vector<bool>& opened);
-  void Tombstone(const std::string& session_id, const std::string& client_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Tombstone(const SessionInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   WorkerRegistry* const registry_;
@@ -105,12 +113,20 @@ class SessionManager {
 
   absl::Mutex mu_;
   std::map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
-  // Released session ids -> owner, so a repeated release by the owner is OK (bounded).
-  std::map<std::string, std::string> released_ ABSL_GUARDED_BY(mu_);
+  // Released session ids -> who may release them again (a repeated release by the owner is
+  // OK), bounded.
+  struct Released {
+    std::string client_id;
+    std::string capability;
+  };
+  std::map<std::string, Released> released_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> released_order_ ABSL_GUARDED_BY(mu_);
 };
 
-// A random 128-bit id in hex with a prefix ("s-", "j-").
-std::string NewId(absl::string_view prefix);
+// OK when `capability` is the session's and `client_id` its creator's; PERMISSION_DENIED
+// naming the session otherwise (the capability is checked first, in constant time).
+absl::Status CheckSessionAccess(absl::string_view session_id, const std::string& owner_client_id,
+                                const std::string& owner_capability, const std::string& client_id,
+                                const std::string& capability);
 
 }  // namespace dfa

@@ -1,5 +1,8 @@
 // gRPC stubs for the coordinator's calls to workers, one channel per worker address, created on
-// first use and kept. Thread-safe. Deadlines are set by the callers (every call has one).
+// first use and kept; a worker's registration installs the fresh, connected channel its check
+// used (Install), so that calls to a worker restarted on the same address do not wait out the
+// reconnect backoff of the old channel. Thread-safe. Deadlines are set by the callers (every
+// call has one).
 #pragma once
 
 #include <map>
@@ -22,6 +25,11 @@ class WorkerStubs {
 
   // Never null; a bad address surfaces as UNAVAILABLE on the first call.
   std::shared_ptr<v1::Worker::Stub> Get(const std::string& address);
+  // A new channel to `address` with the same settings as Get's, not cached.
+  std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) const;
+  // Makes `channel` the one Get returns stubs of for `address` (calls in flight on the old one
+  // finish there).
+  void Install(const std::string& address, std::shared_ptr<grpc::Channel> channel);
 
  private:
   const std::shared_ptr<const RpcSecurity> security_;

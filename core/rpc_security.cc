@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/random_id.h"
 #include "grpcpp/support/client_interceptor.h"
 
 namespace dfa {
@@ -116,21 +117,54 @@ absl::Status CheckPem(const RpcSecurityOptions& o, const std::string& cert_pem,
   return absl::OkStatus();
 }
 
-absl::Status CheckToken(const std::string& token) {
+}  // namespace
+
+absl::Status ValidateToken(const std::string& token, absl::string_view flag) {
   for (char c : token) {
     if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(
-          "--auth_token: only printable ASCII without spaces is allowed (it travels as gRPC "
-          "metadata)");
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag,
+          ": only printable ASCII without spaces is allowed (it travels as gRPC metadata)"));
     }
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view flag) {
+  ASSIGN_OR_RETURN(std::string token, ReadFile(std::string(flag), path));
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' ||
+                            token.back() == ' ' || token.back() == '\t')) {
+    token.pop_back();
+  }
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", path, "' holds no token"));
+  }
+  RETURN_IF_ERROR(ValidateToken(token, flag));
+  return token;
+}
+
+bool CarriesBearerToken(const grpc::ServerContextBase& ctx, absl::string_view token) {
+  if (token.empty()) return false;
+  const std::string expected = absl::StrCat("Bearer ", token);
+  bool found = false;
+  auto range = ctx.client_metadata().equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) {
+    // Every value is compared (no early exit), each in constant time.
+    found |= ConstantTimeEquals(absl::string_view(it->second.data(), it->second.size()), expected);
+  }
+  return found;
+}
+
+absl::StatusOr<std::shared_ptr<const RpcSecurity>> RpcSecurity::WithToken(
+    const std::string& token, absl::string_view flag) const {
+  RETURN_IF_ERROR(ValidateToken(token, flag));
+  std::shared_ptr<RpcSecurity> s(new RpcSecurity(*this));
+  s->auth_token_ = token;
+  return std::shared_ptr<const RpcSecurity>(std::move(s));
+}
 
 absl::StatusOr<std::shared_ptr<const RpcSecurity>> RpcSecurity::Load(const RpcSecurityOptions& o) {
-  RETURN_IF_ERROR(CheckToken(o.auth_token));
+  RETURN_IF_ERROR(ValidateToken(o.auth_token, "--auth_token"));
   std::shared_ptr<RpcSecurity> s(new RpcSecurity());
   s->auth_token_ = o.auth_token;
   s->server_name_ = o.server_name;

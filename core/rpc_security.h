@@ -15,7 +15,9 @@
 //     server_name) and present their own certificate;
 //   - anything in between is INVALID_ARGUMENT naming the missing flag.
 // auth_token is independent of TLS: when non-empty every call on channels made here carries
-// metadata "authorization: Bearer <token>" (what dfa-coordinator --auth_token checks).
+// metadata "authorization: Bearer <token>" (what dfa-coordinator --auth_token checks). A worker
+// sends its worker token instead on its channel to the coordinator (WithToken; what
+// dfa-coordinator --worker_token checks).
 //
 // Files are read and checked once, in Load (PEM syntax, key matches certificate, CA parses);
 // a later change on disk needs a restart. Thread safety: an RpcSecurity is immutable after Load
@@ -27,6 +29,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "core/status.h"
 
 namespace dfa {
@@ -42,6 +45,24 @@ struct RpcSecurityOptions {
 
   bool tls() const { return !cert_file.empty() || !key_file.empty() || !ca_file.empty(); }
 };
+
+// OK for a token that can travel as gRPC metadata (printable ASCII, no spaces; "" means none);
+// INVALID_ARGUMENT naming `flag` otherwise.
+absl::Status ValidateToken(const std::string& token, absl::string_view flag);
+
+// The token in the file at `path` (--..._token_file), without trailing newline or spaces.
+// INVALID_ARGUMENT naming `flag` when the file cannot be read, is empty, or holds a bad token.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view flag);
+
+// True when one of the call's "authorization" metadata values is "Bearer <token>" (compared in
+// constant time). `token` must not be empty.
+bool CarriesBearerToken(const grpc::ServerContextBase& ctx, absl::string_view token);
+
+// The name under which a worker process's health service reports SERVING, so that the
+// coordinator can check which process serves an address (RegisterWorkerRequest.boot_id).
+inline std::string WorkerBootHealthService(absl::string_view boot_id) {
+  return std::string("dfa.v1.Worker/boot/").append(boot_id.data(), boot_id.size());
+}
 
 class RpcSecurity {
  public:
@@ -68,6 +89,10 @@ class RpcSecurity {
   std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) const {
     return CreateChannel(address, grpc::ChannelArguments());
   }
+  // The same credentials with `token` as the bearer token of its channels ("" for none).
+  // INVALID_ARGUMENT naming `flag` for a token that cannot travel as metadata.
+  absl::StatusOr<std::shared_ptr<const RpcSecurity>> WithToken(const std::string& token,
+                                                               absl::string_view flag) const;
 
  private:
   RpcSecurity() = default;

@@ -26,8 +26,12 @@ WorkerMetrics* Metrics(const DataPlaneState& state) {
 
 class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  UploadReactor(const DataPlaneState& state, grpc::ByteBuffer* response)
-      : state_(state), response_(response) {
+  UploadReactor(const DataPlaneState& state, std::string capability, grpc::ByteBuffer* response,
+                std::unique_ptr<StreamLimits::Ticket> ticket)
+      : state_(state),
+        capability_(std::move(capability)),
+        response_(response),
+        ticket_(std::move(ticket)) {
     StartRead(&message_);
   }
 
@@ -38,6 +42,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       End(Summary());
       return;
     }
+    if (ticket_) ticket_->Touch();
     const absl::Status st = Apply();
     message_.Clear();
     if (!st.ok()) {
@@ -57,8 +62,9 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       if (frame.session_id().empty()) {
         return absl::InvalidArgumentError("session_id must be set on the first message");
       }
-      ASSIGN_OR_RETURN(session_,
-                       state_.sessions->Find(frame.session_id(), frame.client_id(), true));
+      if (ticket_) RETURN_IF_ERROR(ticket_->SetClient(frame.client_id()));
+      ASSIGN_OR_RETURN(session_, state_.sessions->FindForClient(frame.session_id(),
+                                                                frame.client_id(), capability_));
     } else if (!frame.session_id().empty() && frame.session_id() != session_->id) {
       return absl::InvalidArgumentError(absl::StrCat("session_id = '", frame.session_id(),
                                                      "' differs from the stream's '", session_->id,
@@ -105,7 +111,9 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   void End(const absl::Status& st) { Finish(AnswerRpc(Metrics(state_), "Upload", st)); }
 
   const DataPlaneState state_;
+  const std::string capability_;
   grpc::ByteBuffer* const response_;
+  const std::unique_ptr<StreamLimits::Ticket> ticket_;  // null: not limited
   grpc::ByteBuffer message_;
   std::shared_ptr<WorkerSession> session_;
   int64_t bytes_ = 0;
@@ -114,8 +122,10 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  DownloadReactor(const DataPlaneState& state, const grpc::ByteBuffer& request) : state_(state) {
-    const absl::Status st = Begin(request);
+  DownloadReactor(const DataPlaneState& state, const std::string& capability,
+                  const grpc::ByteBuffer& request, std::unique_ptr<StreamLimits::Ticket> ticket)
+      : state_(state), ticket_(std::move(ticket)) {
+    const absl::Status st = Begin(request, capability);
     if (!st.ok()) {
       End(st);
       return;
@@ -130,6 +140,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       End(absl::CancelledError("client went away during Download"));
       return;
     }
+    if (ticket_) ticket_->Touch();
     if (WorkerMetrics* m = Metrics(state_)) {
       m->AddClientBytes("download", "grpc", static_cast<double>(in_flight_bytes_));
     }
@@ -139,7 +150,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 
  private:
   // Parses and checks the request; resolves the rows to send.
-  absl::Status Begin(const grpc::ByteBuffer& request) {
+  absl::Status Begin(const grpc::ByteBuffer& request, const std::string& capability) {
     std::vector<grpc::Slice> slices;
     std::string bytes;
     if (request.Dump(&slices).ok()) {
@@ -151,7 +162,9 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       return absl::InvalidArgumentError(
           absl::StrCat("the request (", bytes.size(), " bytes) is not a dfa.v1.DownloadRequest"));
     }
-    ASSIGN_OR_RETURN(session_, state_.sessions->Find(req_.session_id(), req_.client_id(), true));
+    if (ticket_) RETURN_IF_ERROR(ticket_->SetClient(req_.client_id()));
+    ASSIGN_OR_RETURN(session_, state_.sessions->FindForClient(req_.session_id(),
+                                                              req_.client_id(), capability));
     if (req_.chunk_bytes() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("chunk_bytes = ", req_.chunk_bytes(), " must be >= 0 (0: default)"));
@@ -241,18 +254,21 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   int64_t row_ = 0;
   grpc::ByteBuffer message_;  // the chunk being written
   int64_t in_flight_bytes_ = 0;
+  const std::unique_ptr<StreamLimits::Ticket> ticket_;  // null: not limited
 };
 
 }  // namespace
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* NewUploadReactor(const DataPlaneState& state,
-                                                            grpc::ByteBuffer* response) {
-  return new UploadReactor(state, response);
+grpc::ServerReadReactor<grpc::ByteBuffer>* NewUploadReactor(
+    const DataPlaneState& state, std::string capability, grpc::ByteBuffer* response,
+    std::unique_ptr<StreamLimits::Ticket> ticket) {
+  return new UploadReactor(state, std::move(capability), response, std::move(ticket));
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* NewDownloadReactor(const DataPlaneState& state,
-                                                               const grpc::ByteBuffer& request) {
-  return new DownloadReactor(state, request);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* NewDownloadReactor(
+    const DataPlaneState& state, std::string capability, const grpc::ByteBuffer& request,
+    std::unique_ptr<StreamLimits::Ticket> ticket) {
+  return new DownloadReactor(state, capability, request, std::move(ticket));
 }
 
 }  // namespace dfa

@@ -10,6 +10,11 @@
 // next only after gRPC reports that write done. Neither holds more than one chunk, whatever the
 // tensor's size; a slow peer slows the stream (HTTP/2 flow control) instead of growing memory.
 //
+// Access: `capability` is what the call presented (metadata "x-dfa-session-capability"); the
+// session is looked up with SessionRegistry::FindForClient, for Upload at its first message and
+// for Download before anything is read, so a missing or wrong capability ends the call with
+// PERMISSION_DENIED before any byte of the session is written or read.
+//
 // Outcome: the same codes and messages as every Worker handler (worker/rpc_outcome.h), counted
 // under "Upload" / "Download". A peer that cancels, or whose deadline passes, ends the stream
 // at the next read or write; Download then answers CANCELLED ("client went away").
@@ -20,10 +25,12 @@
 #pragma once
 
 #include <atomic>
+#include <string>
 
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "worker/session_registry.h"
+#include "worker/stream_limits.h"
 #include "worker/worker_metrics.h"
 
 namespace dfa {
@@ -37,12 +44,17 @@ struct DataPlaneState {
 
 // A reactor for one Upload call: a stream of UploadRequest, answered by `response` (a serialized
 // UploadResponse with the bytes and chunks received).
-grpc::ServerReadReactor<grpc::ByteBuffer>* NewUploadReactor(const DataPlaneState& state,
-                                                            grpc::ByteBuffer* response);
+// `ticket` (may be null) is the stream's slot in the worker's StreamLimits
+// (worker/stream_limits.h): touched at every message, counted for the client_id once known,
+// released when the reactor is done.
+grpc::ServerReadReactor<grpc::ByteBuffer>* NewUploadReactor(
+    const DataPlaneState& state, std::string capability, grpc::ByteBuffer* response,
+    std::unique_ptr<StreamLimits::Ticket> ticket = nullptr);
 
 // A reactor for one Download call: `request` is a serialized DownloadRequest; the reactor
 // streams its rows as TensorChunks.
-grpc::ServerWriteReactor<grpc::ByteBuffer>* NewDownloadReactor(const DataPlaneState& state,
-                                                               const grpc::ByteBuffer& request);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* NewDownloadReactor(
+    const DataPlaneState& state, std::string capability, const grpc::ByteBuffer& request,
+    std::unique_ptr<StreamLimits::Ticket> ticket = nullptr);
 
 }  // namespace dfa

@@ -1,5 +1,7 @@
 // dfa-worker: the worker daemon. Flags in, WorkerDaemon (worker_daemon.h) runs, SIGTERM/SIGINT
 // stop it cleanly. Prints "dfa-worker <id> listening on <addr>" once it serves.
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -18,12 +20,26 @@ ABSL_FLAG(std::string, backend, "cpu",
           "attention backend: cpu, cuda (our kernels), cudnn (cuDNN fused attention) or auto");
 ABSL_FLAG(int, threads, 0, "cpu backend threads per session (0: all cores)");
 ABSL_FLAG(int, device, 0, "cuda device ordinal");
-ABSL_FLAG(int64_t, memory_limit_bytes, 0, "session memory limit in bytes (0: 80% of RAM)");
+ABSL_FLAG(int64_t, memory_limit_bytes, 0,
+          "session memory limit in bytes (0: 80% of RAM or the cgroup limit, whichever is "
+          "lower, divided by --workers_per_host)");
 ABSL_FLAG(std::string, memory_limit, "", "session memory limit with a unit, e.g. 8G, 512M");
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics port (0: any free; -1: none)");
 ABSL_FLAG(std::string, worker_id, "", "stable worker name (default worker-<host>-<port>)");
 ABSL_FLAG(double, speed, 1.0, "relative speed reported to the planner");
 ABSL_FLAG(int, step_timeout_s, 120, "seconds a plan step may wait for its data");
+ABSL_FLAG(int, workers_per_host, 1,
+          "workers sharing this host's memory: the default memory limit is divided by it");
+ABSL_FLAG(int, max_sessions, 256,
+          "sessions open at once (more, or too few file descriptors left: RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int, max_data_streams, 256,
+          "Upload/Download streams open at once (more: RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int, max_data_streams_per_client, 64,
+          "Upload/Download streams open at once per client_id (more: RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int, max_rpc_threads, 512,
+          "threads serving unary rpcs at once (more calls: RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int, stream_idle_timeout_s, 60,
+          "an Upload/Download stream moving no message this long is cancelled (0: never)");
 
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate; with --tls_key and --tls_ca: mTLS on every connection");
@@ -31,6 +47,10 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA: callers must present a certificate it signed; the coordinator is verified "
           "against it");
+ABSL_FLAG(std::string, worker_token, "",
+          "token sent with RegisterWorker/Heartbeat (dfa-coordinator --worker_token)");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "file holding the worker token (instead of --worker_token, which shows in ps)");
 ABSL_FLAG(std::string, tls_server_name, "",
           "name the coordinator's certificate is checked against (default: its address' host)");
 
@@ -56,6 +76,12 @@ int main(int argc, char** argv) {
   sigset_t stop = StopSignals();
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Sessions cost file descriptors (UCX): take what the hard limit allows. Admission refuses
+  // sessions before the soft limit runs out (worker/session_admission.h).
+  if (rlimit r{}; getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
 
   dfa::WorkerOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
@@ -77,10 +103,29 @@ int main(int argc, char** argv) {
   o.worker_id = absl::GetFlag(FLAGS_worker_id);
   o.speed = absl::GetFlag(FLAGS_speed);
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.workers_per_host = absl::GetFlag(FLAGS_workers_per_host);
+  o.admission.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  o.streams.max_streams = absl::GetFlag(FLAGS_max_data_streams);
+  o.streams.max_streams_per_client = absl::GetFlag(FLAGS_max_data_streams_per_client);
+  o.streams.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
+  o.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
   o.security.cert_file = absl::GetFlag(FLAGS_tls_cert);
   o.security.key_file = absl::GetFlag(FLAGS_tls_key);
   o.security.ca_file = absl::GetFlag(FLAGS_tls_ca);
   o.security.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  o.worker_token = absl::GetFlag(FLAGS_worker_token);
+  if (const std::string file = absl::GetFlag(FLAGS_worker_token_file); !file.empty()) {
+    if (!o.worker_token.empty()) {
+      std::cerr << "dfa-worker: --worker_token and --worker_token_file: give one" << std::endl;
+      return 2;
+    }
+    auto token = dfa::ReadTokenFile(file, "--worker_token_file");
+    if (!token.ok()) {
+      std::cerr << "dfa-worker: " << token.status() << std::endl;
+      return 2;
+    }
+    o.worker_token = *token;
+  }
 
   auto daemon = dfa::WorkerDaemon::Start(o);
   if (!daemon.ok()) {

@@ -9,6 +9,16 @@
 
 namespace dfa {
 
+// The memory this worker may use: the host's physical memory or, when lower, the limit of its
+// cgroup (cgroup v2 memory.max of its cgroup and every parent; v1 memory.limit_in_bytes).
+int64_t UsableMemoryBytes();
+
+// The default session memory limit (when --memory_limit is not given): 80% of
+// UsableMemoryBytes() divided by `workers_per_host` (>= 1), the workers that share that memory
+// (--workers_per_host; the local cluster launcher passes its worker count), so the defaults of
+// the workers of one host add up to 80% of it, not 80% each.
+int64_t DefaultMemoryLimit(int workers_per_host);
+
 class MemoryBudget {
  public:
   explicit MemoryBudget(int64_t limit_bytes) : limit_(limit_bytes) {}

@@ -12,9 +12,13 @@ absl::Status CheckIdle(const WorkerSession& s) {
 }
 
 grpc::Status AnswerRpc(WorkerMetrics* metrics, const char* method, const absl::Status& st) {
+  // The code's name as gRPC spells it: "OK", "NOT_FOUND", "DATA_LOSS", ...
+  if (metrics) {
+    const std::string code = absl::StatusCodeToString(st.code());
+    metrics->CountRequest(method, code);
+    if (!st.ok()) metrics->CountGrpcError(method, code);
+  }
   if (st.ok()) return grpc::Status::OK;
-  // The code's name as gRPC spells it: "NOT_FOUND", "DATA_LOSS", ...
-  if (metrics) metrics->CountGrpcError(method, absl::StatusCodeToString(st.code()));
   return ToGrpcStatus(st);
 }
 

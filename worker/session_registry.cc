@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/planner/plan_checker.h"
 #include "core/planner/plan_proto.h"
+#include "core/session_capability.h"
 #include "core/spec_validation.h"
 #include "worker/cancellable_backend.h"
 
@@ -41,6 +42,10 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
   if (req.session_id().empty() || req.session_id().size() > kMaxIdLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("session_id must have 1 to ", kMaxIdLength, " characters"));
+  }
+  if (req.session_capability().size() > kMaxCapabilityLength) {
+    return absl::InvalidArgumentError(absl::StrCat("session_capability: longer than ",
+                                                   kMaxCapabilityLength, " characters"));
   }
   RETURN_IF_ERROR(ValidateSpec(req.spec(), kWorkerSpecLimits));
   const int workers = req.plan().workers_size();
@@ -99,11 +104,17 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
           absl::StrCat("session_id = ", req.session_id(), " is already open on this worker"));
     }
   }
+  std::unique_ptr<SessionAdmission::Ticket> admitted;
+  if (admission_ != nullptr) {
+    ASSIGN_OR_RETURN(admitted, admission_->Admit(workers));
+  }
   RETURN_IF_ERROR(budget_->Reserve(bytes));
   std::shared_ptr<WorkerSession> s(new WorkerSession, SessionDeleter{budget_});
   s->bytes_reserved = bytes;  // released by the deleter from here on
+  s->admission = std::move(admitted);
   s->id = req.session_id();
   s->client_id = req.client_id();
+  s->capability = req.session_capability();
   s->spec = req.spec();
   s->rank = req.rank();
   s->plan = *std::move(plan);
@@ -144,6 +155,28 @@ absl::StatusOr<std::shared_ptr<WorkerSession>> SessionRegistry::Find(
         "session_id = '", id, "' belongs to another client (client_id = '", client_id, "')"));
   }
   return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<WorkerSession>> SessionRegistry::FindForClient(
+    const std::string& id, const std::string& client_id, const std::string& capability) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s, Find(id, client_id, false));
+  if (!s->capability.empty()) {
+    RETURN_IF_ERROR(VerifyCapability(s->capability, capability, absl::StrCat("'", id, "'")));
+  }
+  if (s->client_id != client_id) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "session_id = '", id, "' belongs to another client (client_id = '", client_id, "')"));
+  }
+  return s;
+}
+
+absl::StatusOr<std::shared_ptr<WorkerSession>> SessionRegistry::FindForCoordinator(
+    const std::string& id, const std::string& capability) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s, Find(id, "", false));
+  if (!s->capability.empty()) {
+    RETURN_IF_ERROR(VerifyCapability(s->capability, capability, absl::StrCat("'", id, "'")));
+  }
+  return s;
 }
 
 absl::Status SessionRegistry::Close(const std::string& id) {

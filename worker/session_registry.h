@@ -1,5 +1,12 @@
 // The sessions open on one worker: OpenSession's validation and memory admission, lookups with
-// ownership checks for the data plane, CloseSession.
+// access checks for the data plane and the coordinator's calls, CloseSession.
+//
+// Access: a session opened with a capability (the coordinator always sends one) is reached only
+// by calls presenting it (core/session_capability.h; metadata "x-dfa-session-capability",
+// compared in constant time) — client calls also with the session's client_id. A missing or
+// wrong one is PERMISSION_DENIED naming the session, before the call touches anything. A session
+// opened without a capability (test harnesses that open sessions directly) is checked by
+// client_id alone.
 //
 // Threads: all methods are thread-safe. Sessions are handed out as shared_ptr; Close removes a
 // session from the registry and its memory is freed (and its bytes released from the budget)
@@ -43,9 +50,18 @@ class SessionRegistry {
   // ALREADY_EXISTS when the id is open here.
   absl::StatusOr<v1::OpenSessionResponse> Open(const v1::OpenSessionRequest& request);
 
-  // The session `id` for `client_id`: NOT_FOUND for an unknown id, PERMISSION_DENIED when it
-  // belongs to another client. An empty client_id skips the ownership check only for calls
-  // from the coordinator (check_client = false).
+  // The session `id` for a client's data-plane call (Upload, Download, GenerateInputs,
+  // SharedMemoryTransfer, DeviceTransfer) that presented `capability`: NOT_FOUND for an unknown
+  // id, PERMISSION_DENIED for a missing or wrong capability or another client_id.
+  absl::StatusOr<std::shared_ptr<WorkerSession>> FindForClient(const std::string& id,
+                                                               const std::string& client_id,
+                                                               const std::string& capability) const;
+  // The session `id` for a coordinator call about it (RunJob, CloseSession): NOT_FOUND,
+  // PERMISSION_DENIED for a missing or wrong capability.
+  absl::StatusOr<std::shared_ptr<WorkerSession>> FindForCoordinator(
+      const std::string& id, const std::string& capability) const;
+  // Lookup by id with the client_id check only (check_client) and no capability check: for
+  // code that runs after FindForClient / FindForCoordinator admitted the call (JobRunner).
   absl::StatusOr<std::shared_ptr<WorkerSession>> Find(const std::string& id,
                                                       const std::string& client_id,
                                                       bool check_client) const;
@@ -61,6 +77,9 @@ class SessionRegistry {
   // (<= 0: units are not cut; cancellation then waits for the running step). Set before the
   // registry serves; the default assumes all cores.
   void set_cancel_piece_flops(double flops) { cancel_piece_flops_ = flops; }
+  // Counts sessions and their file descriptors before one is built (RESOURCE_EXHAUSTED over
+  // its limits; worker/session_admission.h). Null: not counted. Set before the registry serves.
+  void set_admission(SessionAdmission* admission) { admission_ = admission; }
 
  private:
   const std::string backend_name_;
@@ -68,6 +87,7 @@ class SessionRegistry {
   MemoryBudget* budget_;
   BackendFactory make_backend_;
   double cancel_piece_flops_;
+  SessionAdmission* admission_ = nullptr;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;
 };

@@ -1,20 +1,22 @@
-// Client shared-memory segments as the worker maps them (Worker.SharedMemoryTransfer).
+// Shared-memory segments of one session (Worker.CreateSharedMemory, Worker.SharedMemoryTransfer),
+// made and owned by the worker: the worker maps no object a client names.
 //
-// A call maps the POSIX shared-memory object the client named, copies, and unmaps
-// (MapForCall); or, when the client keeps its segment for the session
-// (SharedMemoryTransferRequest.keep_mapping), the session keeps the whole object mapped between
-// calls (ShmMappings::Get): mapping a segment (page-table fill) costs about as much as copying a
-// few MiB, so per-call mapping halves the shared-memory rate for pieces of a few MiB.
+// Create(bytes) makes a memfd (memfd_create with MFD_ALLOW_SEALING), sizes it and reserves its
+// pages (ftruncate + fallocate: a full tmpfs is RESOURCE_EXHAUSTED here, never a SIGBUS later),
+// seals its size (F_SEAL_SHRINK | F_SEAL_GROW, then F_SEAL_SEAL; checked back with
+// F_GET_SEALS) and maps it read-write. The client opens it through the path Create returns,
+// /proc/<worker pid>/fd/<fd>, and may write and read it, but can neither shrink it (which would
+// make the worker's copy fault) nor grow it, nor lift the seals. SharedMemoryTransfer finds the
+// segment by the random name Create gave it (core/random_id.h); before every copy Find checks
+// with fstat that the segment holds the bytes the copy touches.
 //
-// A kept mapping is reused only while the name still names the same object (device and inode
-// checked with an open + fstat every call, a few microseconds) and the object is still large
-// enough; otherwise it is replaced. At most kMaxKept per session (least recently used dropped);
-// all are unmapped when the session (their owner) is destroyed. A mapping handed out stays
-// valid while the caller holds its shared_ptr, even if it is dropped from the set meanwhile.
+// Accounting: each segment's bytes are reserved in the worker's MemoryBudget while it exists.
+// At most kMaxSegments per session: a new one drops the least recently used (a transfer that
+// holds a dropped segment keeps it mapped until it is done). All go with the session.
 //
-// Threads: ShmMappings is thread-safe. Errors name the request field: NOT_FOUND (no such
-// object), PERMISSION_DENIED (cannot open it), INVALID_ARGUMENT (smaller than `need`),
-// INTERNAL (mmap failed).
+// Threads: ShmMappings is thread-safe. Errors: INVALID_ARGUMENT (size), RESOURCE_EXHAUSTED
+// (memory limit, tmpfs or descriptors full), NOT_FOUND (shm_name unknown to the session),
+// OUT_OF_RANGE (the copy is larger than the segment), INTERNAL (a system call failed otherwise).
 #pragma once
 
 #include <sys/types.h>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/memory_budget.h"
 
 namespace dfa {
 
@@ -34,25 +37,30 @@ struct ShmMapping {
   ShmMapping() = default;
   ShmMapping(const ShmMapping&) = delete;
   ShmMapping& operator=(const ShmMapping&) = delete;
-  ~ShmMapping();
+  ~ShmMapping();  // unmaps, closes, releases the reservation
 
   uint8_t* addr = nullptr;
   size_t len = 0;
-  dev_t dev = 0;
-  ino_t ino = 0;
+  int fd = -1;
+  MemoryBudget* budget = nullptr;  // where `len` bytes are reserved (null: none)
 };
-
-// Maps the first `need` (> 0) bytes of object `name` for one call: read-only when !writable.
-absl::StatusOr<std::shared_ptr<ShmMapping>> MapForCall(const std::string& name, int64_t need,
-                                                       bool writable);
 
 class ShmMappings {
  public:
-  static constexpr size_t kMaxKept = 4;
+  static constexpr size_t kMaxSegments = 4;
+  static constexpr int64_t kMaxSegmentBytes = int64_t{1} << 30;
 
-  // A read-write mapping of the whole object `name`, at least `need` (> 0) bytes long.
-  absl::StatusOr<std::shared_ptr<ShmMapping>> Get(const std::string& name, int64_t need);
-  // Number of mappings kept now (tests).
+  struct Created {
+    std::string name;  // CreateSharedMemoryResponse.shm_name
+    std::string path;  // CreateSharedMemoryResponse.path
+    int64_t bytes = 0;
+  };
+
+  // A new sealed segment of `bytes`, reserved in `budget` (may be null).
+  absl::StatusOr<Created> Create(int64_t bytes, MemoryBudget* budget);
+  // The segment `name`, checked to hold at least `need` bytes now.
+  absl::StatusOr<std::shared_ptr<ShmMapping>> Find(const std::string& name, int64_t need);
+  // Segments kept now (tests).
   size_t kept() const;
 
  private:

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <functional>
 #include <condition_variable>
@@ -14,9 +15,12 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
+#include "core/observability/metrics_http_server.h"
+#include "core/observability/readiness.h"
+#include "core/random_id.h"
 #include "kernels/attention_backend.h"
-#include "prometheus/exposer.h"
 #include "worker/cancellable_backend.h"
 #include "worker/job_runner.h"
 #include "worker/registrar.h"
@@ -53,11 +57,6 @@ absl::Status SplitHostPort(const std::string& a, std::string* host, int* port) {
   return absl::OkStatus();
 }
 
-int64_t PhysicalMemory() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? int64_t{pages} * page : int64_t{8} << 30;
-}
-
 }  // namespace
 
 absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
@@ -90,15 +89,22 @@ class WorkerDaemon::Impl {
   WorkerOptions options;
   std::string backend_name;  // resolved: cpu or cuda
   std::string address, advertised;
+  std::string boot_id = RandomId("");
   int metrics_port = 0;
   std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<WorkerMetrics> metrics;
+  // Before what holds their tickets (sessions; the server's reactors), so they outlive them.
+  std::unique_ptr<SessionAdmission> admission;
+  std::unique_ptr<StreamLimits> streams;
   std::unique_ptr<SessionRegistry> sessions;
   std::unique_ptr<JobRunner> jobs;
   std::unique_ptr<WorkerServiceImpl> service;
   std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<Registrar> registrar;
+  // After what the readiness check reads (the registrar), so that it stops first.
+  MetricsHttpServer http;  // /metrics, /healthz, /readyz
+  std::unique_ptr<GrpcHealthMirror> health;  // "dfa.v1.Worker" and "" follow readiness
+  std::atomic<bool> accepting{false};  // from the end of Start until Shutdown begins
   // GPU workers: the device memory pool, reported (capacity, peak use) when the worker stops.
   std::function<std::string()> pool_report;
 
@@ -106,6 +112,25 @@ class WorkerDaemon::Impl {
   std::condition_variable cv;
   bool shutting_down = false;
   bool shut_down = false;
+
+  // "" when the worker can serve: standalone, or registered with its coordinator within the
+  // lease of the coordinator's latest answer (Registrar::registered_until).
+  std::string NotReadyReason() const {
+    if (!accepting.load(std::memory_order_acquire)) {
+      return "not serving (starting or shutting down)";
+    }
+    if (!registrar) return "";
+    const absl::Time until = registrar->registered_until();
+    const absl::Time now = absl::Now();
+    if (now < until) return "";
+    if (until == absl::InfinitePast()) {
+      return absl::StrCat("not registered with the coordinator at ", options.coordinator);
+    }
+    return absl::StrCat("no answer from the coordinator at ", options.coordinator,
+                        " within its lease (ran out ",
+                        absl::FormatDuration(absl::Trunc(now - until, absl::Milliseconds(1))),
+                        " ago)");
+  }
 
   void Shutdown() {
     {
@@ -116,6 +141,8 @@ class WorkerDaemon::Impl {
       }
       shutting_down = true;
     }
+    accepting.store(false, std::memory_order_release);
+    if (health) health->Stop();
     if (registrar) registrar->Stop();
     // Jobs stop within one CancellableBackend piece (CPU) or transport wait; then in-flight
     // RPCs (uploads, downloads) get options.shutdown_grace before gRPC cancels them.
@@ -127,7 +154,7 @@ class WorkerDaemon::Impl {
     }
     if (sessions) sessions->CloseAll();
     if (pool_report) std::cerr << pool_report() << std::endl;
-    exposer.reset();
+    http.Stop();
     std::lock_guard<std::mutex> l(mu);
     shut_down = true;
     cv.notify_all();
@@ -146,6 +173,23 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   if (o.memory_limit_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("memory_limit_bytes = ", o.memory_limit_bytes, " must be >= 0"));
+  }
+  if (o.workers_per_host < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers_per_host = ", o.workers_per_host, " must be >= 1"));
+  }
+  if (o.max_rpc_threads < 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_rpc_threads = ", o.max_rpc_threads, " must be >= 8"));
+  }
+  if (o.admission.max_sessions < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sessions = ", o.admission.max_sessions, " must be >= 1"));
+  }
+  if (o.streams.max_streams < 1 || o.streams.max_streams_per_client < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_data_streams = ", o.streams.max_streams, " and max_data_streams_per_client = ",
+        o.streams.max_streams_per_client, " must be >= 1"));
   }
   if (!(o.speed > 0) || o.speed > 1e6) {
     return absl::InvalidArgumentError(absl::StrCat("speed = ", o.speed, " must be > 0"));
@@ -166,7 +210,8 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
     }
     impl->backend_name = std::string((*probe)->Name());
   }
-  int64_t limit = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : PhysicalMemory() / 10 * 8;
+  int64_t limit =
+      o.memory_limit_bytes > 0 ? o.memory_limit_bytes : DefaultMemoryLimit(o.workers_per_host);
   std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()> make_backend =
       [name = impl->backend_name, bo]() { return CreateBackend(name, bo); };
 #ifdef DFA_HAVE_NCCL
@@ -190,6 +235,9 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
 
   auto security = RpcSecurity::Load(o.security);
   if (!security.ok()) return security.status();
+  // The channel to the coordinator carries the worker token, not a client's.
+  auto registrar_security = (*security)->WithToken(o.worker_token, "--worker_token");
+  if (!registrar_security.ok()) return registrar_security.status();
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -200,6 +248,11 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   // No SO_REUSEPORT: a second daemon on a port already in use fails to bind (and says so)
   // instead of sharing the port's connections with the first.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Synchronous handlers take a thread each (RunJob for a job's length): beyond the cap gRPC
+  // answers RESOURCE_EXHAUSTED ("Server Threadpool Exhausted") instead of starting threads.
+  grpc::ResourceQuota quota("dfa-worker");
+  quota.SetMaxThreads(o.max_rpc_threads);
+  builder.SetResourceQuota(quota);
 
   // Metrics carry the worker id, which may depend on the bound port: they are attached to the
   // service right after binding, before anyone (coordinator, client) learns the address.
@@ -212,10 +265,28 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   impl->jobs = std::make_unique<JobRunner>(impl->sessions.get(), nullptr, o.step_timeout);
   impl->service = std::make_unique<WorkerServiceImpl>(impl->sessions.get(), impl->jobs.get(),
                                                       impl->budget.get(), nullptr);
+  impl->streams = std::make_unique<StreamLimits>(o.streams);
+  impl->service->set_stream_limits(impl->streams.get());
   builder.RegisterService(impl->service.get());
   impl->server = builder.BuildAndStart();
   if (!impl->server || bound_port == 0) {
     return absl::UnavailableError(absl::StrCat("listen = '", o.listen, "': cannot bind"));
+  }
+  // The descriptor baseline is what the listening daemon holds before any session.
+  impl->admission = std::make_unique<SessionAdmission>(o.admission);
+  impl->sessions->set_admission(impl->admission.get());
+  // The coordinator checks that the process at our advertised address is us (and whether a
+  // holder of our id is still alive) through this name: RegisterWorkerRequest.boot_id.
+  impl->server->GetHealthCheckService()->SetServingStatus(WorkerBootHealthService(impl->boot_id),
+                                                          true);
+  // Ready (/readyz 200; gRPC health "dfa.v1.Worker" and "" SERVING) while NotReadyReason is
+  // empty, so NOT_SERVING until Start has finished; the boot id's name stays SERVING regardless.
+  {
+    Impl* self = impl.get();
+    impl->health = std::make_unique<GrpcHealthMirror>(
+        impl->server->GetHealthCheckService(),
+        std::vector<std::string>{v1::Worker::service_full_name(), ""},
+        [self] { return self->NotReadyReason(); });
   }
   impl->address = absl::StrCat(host, ":", bound_port);
   if (!o.advertise.empty()) {
@@ -236,16 +307,15 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
                                               ? std::string("127.0.0.1")
                                               : std::string("0.0.0.0"),
                                           ":", o.metrics_port);
-    try {
-      impl->exposer = std::make_unique<prometheus::Exposer>(bind);
-    } catch (const std::exception& e) {  // civetweb reports a busy port by throwing
+    Impl* self = impl.get();
+    auto bound = impl->http.Start(bind, impl->metrics->registry(),
+                                  [self] { return self->NotReadyReason(); });
+    if (!bound.ok()) {
       impl->server->Shutdown();
-      return absl::UnavailableError(
-          absl::StrCat("metrics_port = ", o.metrics_port, ": cannot listen: ", e.what()));
+      return absl::Status(bound.status().code(), absl::StrCat("metrics_port = ", o.metrics_port,
+                                                              ": ", bound.status().message()));
     }
-    impl->exposer->RegisterCollectable(impl->metrics->registry());
-    const std::vector<int> ports = impl->exposer->GetListeningPorts();
-    impl->metrics_port = ports.empty() ? o.metrics_port : ports.front();
+    impl->metrics_port = *bound;
   }
   if (!o.coordinator.empty()) {
     v1::RegisterWorkerRequest reg;
@@ -260,6 +330,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
                        : std::string("cpu"));
     reg.set_memory_limit_bytes(limit);
     reg.set_speed(o.speed);
+    reg.set_boot_id(impl->boot_id);
     for (const std::string& t : SupportedTransports(impl->backend_name)) reg.add_transports(t);
     MemoryBudget* budget = impl->budget.get();
     SessionRegistry* sessions = impl->sessions.get();
@@ -270,9 +341,10 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
           sessions->CloseAll();
           service->UpdateGauges();
         },
-        *security);
+        *registrar_security);
     impl->registrar->Start();
   }
+  impl->accepting.store(true, std::memory_order_release);  // the registrar is visible now
   return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(impl)));
 }
 
@@ -284,6 +356,7 @@ void WorkerDaemon::Wait() {
   impl_->cv.wait(l, [this] { return impl_->shut_down; });
 }
 const std::string& WorkerDaemon::worker_id() const { return impl_->options.worker_id; }
+const std::string& WorkerDaemon::boot_id() const { return impl_->boot_id; }
 const std::string& WorkerDaemon::address() const { return impl_->address; }
 const std::string& WorkerDaemon::advertised_address() const { return impl_->advertised; }
 int WorkerDaemon::metrics_port() const { return impl_->metrics_port; }

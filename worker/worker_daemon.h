@@ -1,6 +1,9 @@
 // The dfa-worker daemon as a library (worker/main.cc only parses flags and waits for a signal):
 // the Worker gRPC service with the standard health service, registration with the coordinator,
-// and the Prometheus endpoint.
+// and the metrics port (/metrics, /healthz, /readyz: core/observability/metrics_http_server.h).
+// Ready (/readyz 200; gRPC health "dfa.v1.Worker" and "" SERVING) when standalone (no
+// coordinator configured) or registered with the coordinator within the lease of its latest
+// answer; NOT_SERVING while the coordinator is unreachable and once shutting down.
 //
 // Threads: Start returns once the server listens; Shutdown (idempotent, any thread) stops
 // registration, cancels running jobs, stops the server within a grace period, frees every
@@ -14,6 +17,8 @@
 #include "absl/time/time.h"
 #include "core/status.h"
 #include "core/rpc_security.h"
+#include "worker/session_admission.h"
+#include "worker/stream_limits.h"
 
 namespace dfa {
 
@@ -24,7 +29,8 @@ struct WorkerOptions {
   std::string backend = "cpu";         // cpu | cuda | auto
   int threads = 0;                     // cpu backend threads per session (0: all cores)
   int cuda_device = 0;
-  int64_t memory_limit_bytes = 0;      // 0: 80% of physical memory
+  int64_t memory_limit_bytes = 0;      // 0: DefaultMemoryLimit(workers_per_host), memory_budget.h
+  int workers_per_host = 1;            // workers sharing this host's memory (the default above)
   int metrics_port = -1;               // -1: no metrics endpoint; 0: pick a free port
   std::string worker_id;               // default: worker-<host>-<port>
   double speed = 1.0;
@@ -34,6 +40,16 @@ struct WorkerOptions {
   // client certificates signed by the CA (mTLS) and the registrar's channel to the coordinator
   // uses TLS with this certificate. Empty: insecure. See docs/security.md.
   RpcSecurityOptions security;
+  // Sessions open at once and their file descriptors (--max_sessions; session_admission.h).
+  SessionAdmissionOptions admission;
+  // Upload/Download streams: at once, per client, idle time (--max_data_streams,
+  // --max_data_streams_per_client, --stream_idle_timeout_s; stream_limits.h).
+  StreamLimitOptions streams;
+  // Threads for synchronous rpcs (--max_rpc_threads); more calls at once: RESOURCE_EXHAUSTED.
+  int max_rpc_threads = 512;
+  // Sent as "authorization: Bearer <worker_token>" with RegisterWorker and Heartbeat (what
+  // dfa-coordinator --worker_token checks). Empty: none.
+  std::string worker_token;
 };
 
 class WorkerDaemon {
@@ -48,6 +64,8 @@ class WorkerDaemon {
   void Wait();
 
   const std::string& worker_id() const;
+  // This process's random boot id (RegisterWorkerRequest.boot_id), new at every start.
+  const std::string& boot_id() const;
   // The bound gRPC address (host:port, with the real port) and the advertised one.
   const std::string& address() const;
   const std::string& advertised_address() const;

@@ -1,5 +1,8 @@
 #include "worker/worker_metrics.h"
 
+#include "dfa/v1/worker.pb.h"
+#include "google/protobuf/descriptor.h"
+
 namespace dfa {
 namespace {
 
@@ -59,7 +62,18 @@ WorkerMetrics::WorkerMetrics(std::string worker_id)
       grpc_errors_(prometheus::BuildCounter()
                        .Name("dfa_grpc_errors_total")
                        .Help("RPCs answered with a non-OK status")
-                       .Register(*registry_)) {
+                       .Register(*registry_)),
+      requests_(prometheus::BuildCounter()
+                    .Name("dfa_worker_requests_total")
+                    .Help("RPCs the worker answered, by method and status code")
+                    .Register(*registry_)) {
+  // Every method's OK series exists from the start, so that error ratios have a denominator.
+  const google::protobuf::ServiceDescriptor* service =
+      v1::OpenSessionRequest::descriptor()->file()->FindServiceByName("Worker");
+  for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+    requests_.Add(
+        {{"worker", worker_}, {"rpc", std::string(service->method(i)->name())}, {"code", "OK"}});
+  }
   // Series that dashboards query exist from the start (at zero).
   for (const char* kind : {"forward", "backward"}) {
     busy_.Add({{"worker", worker_}, {"kind", kind}}, StepBuckets());
@@ -112,6 +126,10 @@ void WorkerMetrics::SetMemory(double used, double limit) {
 
 void WorkerMetrics::CountGrpcError(const std::string& method, const std::string& code) {
   grpc_errors_.Add({{"component", "worker"}, {"method", method}, {"code", code}}).Increment();
+}
+
+void WorkerMetrics::CountRequest(const std::string& method, const std::string& code) {
+  requests_.Add({{"worker", worker_}, {"rpc", method}, {"code", code}}).Increment();
 }
 
 }  // namespace dfa

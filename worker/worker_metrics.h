@@ -32,6 +32,8 @@ class WorkerMetrics {
   void SetMemory(double used_bytes, double limit_bytes);
   // method: the RPC name; code: the gRPC status code's name (e.g. "NOT_FOUND").
   void CountGrpcError(const std::string& method, const std::string& code);
+  // Every answered RPC, OK ones included (dfa_worker_requests_total{worker, rpc, code}).
+  void CountRequest(const std::string& method, const std::string& code);
 
  private:
   const std::string worker_;
@@ -47,6 +49,7 @@ class WorkerMetrics {
   prometheus::Gauge& memory_used_;
   prometheus::Gauge& memory_limit_;
   prometheus::Family<prometheus::Counter>& grpc_errors_;
+  prometheus::Family<prometheus::Counter>& requests_;
 };
 
 }  // namespace dfa

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/session_capability.h"
 #include "worker/rpc_outcome.h"
 #include "worker/tensor_io.h"
 #ifdef DFA_HAVE_NCCL
@@ -38,7 +39,14 @@ grpc::Status WorkerServiceImpl::OpenSession(grpc::ServerContext*, const v1::Open
 
 grpc::Status WorkerServiceImpl::RunJob(grpc::ServerContext* ctx, const v1::RunJobRequest* req,
                                        v1::WorkerJobStats* resp) {
-  absl::StatusOr<v1::WorkerJobStats> r = jobs_->Run(*req, [ctx] { return ctx->IsCancelled(); });
+  absl::StatusOr<v1::WorkerJobStats> r = [&]() -> absl::StatusOr<v1::WorkerJobStats> {
+    // An empty id is JobRunner's to refuse (INVALID_ARGUMENT naming it).
+    if (!req->session_id().empty()) {
+      RETURN_IF_ERROR(
+          sessions_->FindForCoordinator(req->session_id(), PresentedCapability(*ctx)).status());
+    }
+    return jobs_->Run(*req, [ctx] { return ctx->IsCancelled(); });
+  }();
   if (r.ok()) *resp = *std::move(r);
   return Finish("RunJob", r.status());
 }
@@ -49,30 +57,53 @@ grpc::Status WorkerServiceImpl::CancelJob(grpc::ServerContext*,
   return Finish("CancelJob", jobs_->Cancel(req->job_id()));
 }
 
-grpc::Status WorkerServiceImpl::CloseSession(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::CloseSession(grpc::ServerContext* ctx,
                                              const v1::CloseSessionRequest* req,
                                              v1::CloseSessionResponse*) {
-  absl::Status st = sessions_->Close(req->session_id());
+  absl::Status st =
+      sessions_->FindForCoordinator(req->session_id(), PresentedCapability(*ctx)).status();
+  if (st.ok()) st = sessions_->Close(req->session_id());
   UpdateGauges();
   return Finish("CloseSession", st);
 }
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::Upload(grpc::CallbackServerContext*,
-                                                                     grpc::ByteBuffer* response) {
-  return NewUploadReactor(DataPlaneState{sessions_, &metrics_}, response);
+grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::Upload(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
+  std::unique_ptr<StreamLimits::Ticket> ticket;
+  if (streams_ != nullptr) {
+    auto t = streams_->Open(ctx, "Upload");
+    if (!t.ok()) {
+      return new RefusedStream<grpc::ServerReadReactor<grpc::ByteBuffer>>(
+          Finish("Upload", t.status()));
+    }
+    ticket = *std::move(t);
+  }
+  return NewUploadReactor(DataPlaneState{sessions_, &metrics_}, PresentedCapability(*ctx),
+                          response, std::move(ticket));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Download(
-    grpc::CallbackServerContext*, const grpc::ByteBuffer* request) {
-  return NewDownloadReactor(DataPlaneState{sessions_, &metrics_}, *request);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
+  std::unique_ptr<StreamLimits::Ticket> ticket;
+  if (streams_ != nullptr) {
+    auto t = streams_->Open(ctx, "Download");
+    if (!t.ok()) {
+      return new RefusedStream<grpc::ServerWriteReactor<grpc::ByteBuffer>>(
+          Finish("Download", t.status()));
+    }
+    ticket = *std::move(t);
+  }
+  return NewDownloadReactor(DataPlaneState{sessions_, &metrics_}, PresentedCapability(*ctx),
+                            *request, std::move(ticket));
 }
 
-grpc::Status WorkerServiceImpl::GenerateInputs(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::GenerateInputs(grpc::ServerContext* ctx,
                                                const v1::GenerateInputsRequest* req,
                                                v1::GenerateInputsResponse*) {
   absl::Status st = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
-                     sessions_->Find(req->session_id(), req->client_id(), true));
+                     sessions_->FindForClient(req->session_id(), req->client_id(),
+                                              PresentedCapability(*ctx)));
     std::lock_guard<std::mutex> l(s->mu);
     RETURN_IF_ERROR(CheckIdle(*s));
     return GenerateSynthetic(s.get(), req->seed(), req->with_grad_output());
@@ -80,14 +111,14 @@ grpc::Status WorkerServiceImpl::GenerateInputs(grpc::ServerContext*,
   return Finish("GenerateInputs", st);
 }
 
-absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req, int64_t* bytes) {
+absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req,
+                                      const std::string& capability, int64_t* bytes) {
   ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
-                   sessions_->Find(req.session_id(), req.client_id(), true));
+                   sessions_->FindForClient(req.session_id(), req.client_id(), capability));
   const std::string& name = req.shm_name();
-  if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
-      name.find('/', 1) != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shm_name = '", name, "' must be '/' followed by 1 to 254 characters without '/'"));
+  if (name.empty()) {
+    return absl::InvalidArgumentError(
+        "shm_name must be set: a segment of the session (CreateSharedMemoryResponse.shm_name)");
   }
   if (req.rows().begin() == 0 && req.rows().end() == 0) {
     return absl::InvalidArgumentError("rows must be set (a range inside one owned range)");
@@ -109,11 +140,10 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
         absl::StrCat("kind = ", static_cast<int>(req.kind()), " is not a tensor kind"));
   }
   const int64_t need = rows.size() > 0 ? BlockBytes(*s, req.kind(), rows) : 0;
-  // Kept mappings live in the session (dropped with it); others only for this call.
+  // Only segments this worker made for the session (worker/shm_mappings.h), size checked.
   std::shared_ptr<ShmMapping> m;
   if (need > 0) {
-    ASSIGN_OR_RETURN(m, req.keep_mapping() ? s->shm_mappings.Get(name, need)
-                                           : MapForCall(name, need, !req.upload()));
+    ASSIGN_OR_RETURN(m, s->shm_mappings.Find(name, need));
   }
   std::lock_guard<std::mutex> l(s->mu);
   RETURN_IF_ERROR(CheckIdle(*s));
@@ -126,11 +156,28 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
   return absl::OkStatus();
 }
 
-grpc::Status WorkerServiceImpl::SharedMemoryTransfer(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::CreateSharedMemory(grpc::ServerContext* ctx,
+                                                   const v1::CreateSharedMemoryRequest* req,
+                                                   v1::CreateSharedMemoryResponse* resp) {
+  absl::Status st = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
+                     sessions_->FindForClient(req->session_id(), req->client_id(),
+                                              PresentedCapability(*ctx)));
+    ASSIGN_OR_RETURN(ShmMappings::Created c, s->shm_mappings.Create(req->bytes(), budget_));
+    resp->set_shm_name(c.name);
+    resp->set_path(c.path);
+    resp->set_bytes(c.bytes);
+    return absl::OkStatus();
+  }();
+  UpdateGauges();
+  return Finish("CreateSharedMemory", st);
+}
+
+grpc::Status WorkerServiceImpl::SharedMemoryTransfer(grpc::ServerContext* ctx,
                                                      const v1::SharedMemoryTransferRequest* req,
                                                      v1::SharedMemoryTransferResponse* resp) {
   int64_t bytes = 0;
-  absl::Status st = DoShm(*req, &bytes);
+  absl::Status st = DoShm(*req, PresentedCapability(*ctx), &bytes);
   if (st.ok()) {
     resp->set_bytes(bytes);
     if (WorkerMetrics* m = metrics_.load()) {
@@ -140,12 +187,13 @@ grpc::Status WorkerServiceImpl::SharedMemoryTransfer(grpc::ServerContext*,
   return Finish("SharedMemoryTransfer", st);
 }
 
-grpc::Status WorkerServiceImpl::DeviceTransfer(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::DeviceTransfer(grpc::ServerContext* ctx,
                                                const v1::DeviceTransferRequest* req,
                                                v1::DeviceTransferResponse* resp) {
   absl::StatusOr<int64_t> bytes = [&]() -> absl::StatusOr<int64_t> {
     ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
-                     sessions_->Find(req->session_id(), req->client_id(), true));
+                     sessions_->FindForClient(req->session_id(), req->client_id(),
+                                              PresentedCapability(*ctx)));
 #ifdef DFA_HAVE_NCCL
     std::lock_guard<std::mutex> l(s->mu);
     RETURN_IF_ERROR(CheckIdle(*s));

@@ -5,12 +5,18 @@
 // Upload and Download are callback methods on raw grpc::ByteBuffers (the generated
 // WithRawCallbackMethod_*; reactors in worker/data_plane_reactors.h); the other rpcs are
 // synchronous. Nothing depends on the order of the rpcs in the proto.
+// Session access: every rpc about an open session passes the capability the call presented
+// (metadata "x-dfa-session-capability", core/session_capability.h) to the SessionRegistry's
+// FindForClient (data plane) or FindForCoordinator (RunJob, CloseSession) before it does
+// anything; OpenSession is how the session learns it. CancelJob names a job, not a session, and
+// is not checked (job ids are unguessable; a stray cancel only ends a job CANCELLED).
 // Threads: gRPC's sync server calls the synchronous handlers on its thread pool and runs the
 // reactors on its callback threads; all state is in the thread-safe SessionRegistry and
 // JobRunner. Nothing here owns them.
 #pragma once
 
 #include <atomic>
+#include <string>
 
 #include "dfa/v1/worker.grpc.pb.h"
 #include "worker/data_plane_reactors.h"
@@ -34,6 +40,9 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   void UpdateGauges();
   // Attaches metrics (before the service is reachable; see worker_daemon.cc).
   void set_metrics(WorkerMetrics* m) { metrics_ = m; }
+  // Bounds Upload and Download streams (worker/stream_limits.h; null: unbounded). Set before
+  // the service is reachable.
+  void set_stream_limits(StreamLimits* limits) { streams_ = limits; }
 
   grpc::Status OpenSession(grpc::ServerContext* ctx, const v1::OpenSessionRequest* req,
                            v1::OpenSessionResponse* resp) override;
@@ -51,6 +60,10 @@ class WorkerServiceImpl final : public WorkerServiceBase {
                                                        const grpc::ByteBuffer* request) override;
   grpc::Status GenerateInputs(grpc::ServerContext* ctx, const v1::GenerateInputsRequest* req,
                               v1::GenerateInputsResponse* resp) override;
+  // Same-host segments, made by the worker (worker/shm_mappings.h).
+  grpc::Status CreateSharedMemory(grpc::ServerContext* ctx,
+                                  const v1::CreateSharedMemoryRequest* req,
+                                  v1::CreateSharedMemoryResponse* resp) override;
   grpc::Status SharedMemoryTransfer(grpc::ServerContext* ctx,
                                     const v1::SharedMemoryTransferRequest* req,
                                     v1::SharedMemoryTransferResponse* resp) override;
@@ -61,9 +74,11 @@ class WorkerServiceImpl final : public WorkerServiceBase {
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& st);
-  absl::Status DoShm(const v1::SharedMemoryTransferRequest& req, int64_t* bytes);
+  absl::Status DoShm(const v1::SharedMemoryTransferRequest& req, const std::string& capability,
+                     int64_t* bytes);
 
   SessionRegistry* sessions_;
+  StreamLimits* streams_ = nullptr;
   JobRunner* jobs_;
   MemoryBudget* budget_;
   std::atomic<WorkerMetrics*> metrics_;

@@ -21,6 +21,7 @@
 #include "dfa/v1/worker.pb.h"
 #include "kernels/attention_backend.h"
 #include "worker/executor/session_storage.h"
+#include "worker/session_admission.h"
 #include "worker/transport/session_transport.h"
 #include "worker/shm_mappings.h"
 
@@ -59,6 +60,9 @@ struct WorkerSession {
   // Immutable after OpenSession.
   std::string id;
   std::string client_id;
+  // The session's capability (OpenSessionRequest.session_capability; empty for sessions opened
+  // without one): a secret, never logged. SessionRegistry's lookups check it.
+  std::string capability;
   v1::AttentionSpec spec;
   int rank = 0;
   Plan plan;
@@ -69,6 +73,10 @@ struct WorkerSession {
   HeadRange q_heads;
   HeadRange kv_heads;
   int64_t bytes_reserved = 0;
+  // The session's share of the worker's sessions and file descriptors
+  // (worker/session_admission.h); declared before what uses them, so it is released after the
+  // transport, storage and backend are gone.
+  std::unique_ptr<SessionAdmission::Ticket> admission;
   std::unique_ptr<AttentionBackend> backend;
   std::unique_ptr<SessionStorage> storage;
   std::unique_ptr<SessionTransport> transport;
@@ -80,7 +88,7 @@ struct WorkerSession {
   bool backward_done = false;      // dQ, dK, dV hold the backward of the current dO
   RowCoverage q_rows, k_rows, v_rows, dout_rows;  // guarded by mu
   std::atomic<bool> cancel{false};  // set by CancelJob for the running job
-  ShmMappings shm_mappings;  // client segments kept mapped (keep_mapping); thread-safe itself
+  ShmMappings shm_mappings;  // shared-memory segments made for the session; thread-safe itself
   // Client CUDA allocations opened by Worker.DeviceTransfer (worker/gpu/device_transfer.h);
   // made on first use, guarded by mu; closed when the session is destroyed.
   std::shared_ptr<CudaIpcImporter> cuda_ipc;

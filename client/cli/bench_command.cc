@@ -15,7 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/cli/cluster_hold.h"
 #include "client/cli/commands.h"
+#include "client/cli/host_memory.h"
+#include "client/cli/interrupt.h"
 #include "client/cli/job_flags.h"
 #include "client/cli/training_run.h"
 #include "client/local_cluster.h"
@@ -23,16 +26,6 @@
 
 namespace dfa::cli {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: dfa bench [--coordinator HOST:PORT | --workers N --threads T --backend cpu]\n"
-    "                 [--seq 16K] [--heads 8] [--kv-heads HK] [--head-dim 64] [--dtype bf16]\n"
-    "                 [--causal|--full] [--schedule NAME (balanced, ring, heads, ...)]\n"
-    "                 [--forward-only] [--repeat R]\n"
-    "                 [--transfer-mib 64] [--transfer-repeat 5] [--skip-transfer]\n"
-    "                 [--skip-attention] [--skip-single]\n"
-    "                 [--single-threads T]\n"
-    "Without --coordinator it starts a local cluster (N workers, T threads each; default 2 x 1).\n";
 
 double GBps(int64_t bytes, double secs) { return secs > 0 ? bytes / secs / 1e9 : 0; }
 
@@ -130,7 +123,13 @@ absl::Status BenchTransfers(client::Client* c, int workers, const std::string& s
   spec.set_causal(true);
   so.num_workers = workers;
   so.schedule = schedule;  // "heads": each worker's shard is a head slice of every row
+  // Q, its two downloaded copies and the memcpy buffers: five tensors of `mib` MiB.
+  RETURN_IF_ERROR(CheckHostMemory(absl::StrCat("--transfer-mib ", mib), 5.0 * mib * 1048576.0,
+                                  "Q, two downloaded copies and two memcpy buffers",
+                                  "use a smaller --transfer-mib or --skip-transfer"));
+  ClusterHold hold(c);
   ASSIGN_OR_RETURN(auto session, c->CreateSession(so));
+  hold.SetSession(session.get());
   std::printf("session schedule %s\n", session->info().plan().schedule().c_str());
   ASSIGN_OR_RETURN(client::HostTensor q, client::MakeTensor(spec, v1::TENSOR_Q));
   client::FillRandom(11, &q);
@@ -198,6 +197,7 @@ absl::Status BenchTransfers(client::Client* c, int workers, const std::string& s
                                             " differs from the Q uploaded"));
   }
   std::printf("round trip (upload, download) exact on both paths\n");
+  hold.SetSession(nullptr);
   return session->Release();
 }
 
@@ -206,21 +206,34 @@ absl::Status BenchAttention(client::Client* c, const JobFlags& flags, bool backw
   const v1::AttentionSpec& spec = flags.session.spec;
   std::printf("\n== attention: %s, seeded synthetic inputs resident on the workers ==\n",
               DescribeSpec(spec).c_str());
+  if (single) {
+    // The single-process run: Q, K, V, dO in the spec's dtype, O, dQ, dK, dV and LSE, D in fp32.
+    RETURN_IF_ERROR(CheckHostMemory(
+        absl::StrCat("the single-process run of ", DescribeSpec(spec)),
+        TrainingRunBytes(spec, backward, true), "inputs, fp32 outputs and gradients",
+        "use a smaller --seq, --batch, --heads or --head-dim, or --skip-single"));
+  }
+  ClusterHold hold(c);
   ASSIGN_OR_RETURN(auto session, c->CreateSession(flags.session));
+  hold.SetSession(session.get());
   std::printf("session on %d workers, schedule %s\n", session->num_workers(),
               session->info().plan().schedule().c_str());
   RETURN_IF_ERROR(session->GenerateInputs(flags.seed, backward));
   double best_fwd = 0, best_bwd = 0;
+  const client::JobObserver track = [&hold](const v1::Job& j) {
+    hold.SetJob(j.state() == v1::JOB_QUEUED || j.state() == v1::JOB_RUNNING ? j.job_id() : "");
+  };
   for (int r = 0; r < repeat; ++r) {
-    ASSIGN_OR_RETURN(v1::Job f, session->Run(v1::JOB_FORWARD));
+    ASSIGN_OR_RETURN(v1::Job f, session->Run(v1::JOB_FORWARD, track));
     PrintJobReport("forward", f);
     best_fwd = std::max(best_fwd, f.flops() / std::max(1e-9, f.wall_seconds()));
     if (backward) {
-      ASSIGN_OR_RETURN(v1::Job b, session->Run(v1::JOB_BACKWARD));
+      ASSIGN_OR_RETURN(v1::Job b, session->Run(v1::JOB_BACKWARD, track));
       PrintJobReport("backward", b);
       best_bwd = std::max(best_bwd, b.flops() / std::max(1e-9, b.wall_seconds()));
     }
   }
+  hold.SetSession(nullptr);
   (void)session->Release();
   if (!single) return absl::OkStatus();
 
@@ -310,7 +323,9 @@ absl::Status Bench(Args& args) {
   ASSIGN_OR_RETURN(RpcSecurityOptions security, ParseSecurityFlags(args));
   RETURN_IF_ERROR(args.CheckNoUnknown());
 
+  Interrupts::Install("dfa bench", Interrupts::Mode::kCleanUpAndExit);
   std::unique_ptr<client::LocalCluster> local;
+  int stop_on_interrupt = 0;
   if (coordinator.empty()) {
     client::LocalClusterOptions lo;
     lo.workers = workers;
@@ -318,7 +333,13 @@ absl::Status Bench(Args& args) {
     lo.backend = backend;
     lo.bin_dir = bin_dir;
     lo.security = security;
+    // A Ctrl-C while the cluster starts is acted on once it has.
+    Interrupts::Install("dfa bench", Interrupts::Mode::kFlagOnly);
     ASSIGN_OR_RETURN(local, client::LocalCluster::Start(lo));
+    stop_on_interrupt =
+        Interrupts::AddCleanup("stopping the local cluster", [&local] { (void)local->Stop(); });
+    Interrupts::Install("dfa bench", Interrupts::Mode::kCleanUpAndExit);
+    Interrupts::CleanUpAndExitIfRequested();
     coordinator = local->coordinator_address();
     std::printf("local cluster: %d %s workers x %lld thread(s), coordinator %s\n", workers,
                 backend.c_str(), static_cast<long long>(threads), coordinator.c_str());
@@ -341,7 +362,9 @@ absl::Status Bench(Args& args) {
     s = BenchAttention(c.get(), flags, !forward_only, static_cast<int>(repeat), !skip_single,
                        static_cast<int>(single_threads));
   }
+  Interrupts::BlockIfExiting();
   if (local) {
+    Interrupts::RemoveCleanup(stop_on_interrupt);
     absl::Status stop = local->Stop();
     if (s.ok()) s = stop;
   }
@@ -350,23 +373,36 @@ absl::Status Bench(Args& args) {
 
 }  // namespace
 
+CommandInfo BenchCommandInfo() {
+  return {
+      "dfa",
+      "dfa bench",
+      "[--coordinator HOST:PORT | --workers N --threads T] [flags]",
+      "Data-plane rates (gRPC, 1 stream and N in parallel; shared memory) beside this host's\n"
+      "memcpy, and attention throughput of the service on seeded synthetic inputs resident on\n"
+      "the workers against the single-process CPU kernel on the same problem. Without\n"
+      "--coordinator it starts a local cluster (N workers, T threads each; default 2 x 1).",
+      {{"Cluster",
+        {CoordinatorFlag("bench this running cluster instead of starting one"),
+         {"threads", "T", "threads per local worker (default 1; 0: the worker's default)"},
+         {"backend", "cpu|cuda|cudnn|auto", "local workers' backend (default cpu)"},
+         {"bin-dir", "DIR", "where dfa-coordinator and dfa-worker are (default: next to dfa)"}}},
+       {"Bench",
+        {{"forward-only", "", "no backward jobs"},
+         {"repeat", "R", "attention jobs per kind; the best is reported (default 1)"},
+         {"transfer-mib", "MIB", "MiB per tensor of the data-plane runs (default 64)"},
+         {"transfer-repeat", "R", "runs per data-plane line; the best is reported (default 5)"},
+         {"skip-transfer", "", "no data-plane runs"},
+         {"skip-attention", "", "no attention jobs"},
+         {"skip-single", "", "no single-process comparison"},
+         {"single-threads", "T", "threads of the single-process run (default N x T)"}}},
+       JobFlagGroup(16384, "workers (default 2)"),
+       SecurityFlagGroup()},
+      ""};
+}
+
 int RunBenchCommand(int argc, char** argv) {
-  auto args = Args::Parse(argc, argv, 0);
-  if (!args.ok()) {
-    std::fprintf(stderr, "dfa bench: %s\n%s", std::string(args.status().message()).c_str(), kUsage);
-    return 2;
-  }
-  if (args->Has("help")) {
-    std::printf("%s%s", kUsage, kSecurityUsage);
-    return 0;
-  }
-  absl::Status s = Bench(*args);
-  if (!s.ok()) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "dfa bench: %s\n", s.ToString().c_str());
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  return 0;
+  return RunCommand(BenchCommandInfo(), argc, argv, 0, Bench);
 }
 
 }  // namespace dfa::cli

@@ -1,34 +1,37 @@
-// `dfa demo`: a whole cluster on this host, one verified forward+backward job, then stop.
+// `dfa demo`: a whole cluster on this host (or, with --coordinator, a running one), one verified
+// forward+backward job, then stop.
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cli/commands.h"
+#include "client/cli/interrupt.h"
 #include "client/cli/training_run.h"
 #include "client/local_cluster.h"
 
 namespace dfa::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: dfa demo [--workers N] [--seq S] [--heads H] [--kv-heads HK] [--head-dim D]\n"
-    "                [--dtype bf16|f16|f32] [--causal|--full]\n"
-    "                [--schedule balanced|ring|distflash|zigzag|heads]\n"
-    "                (heads: each worker all rows of a range of the kv heads, no worker traffic)\n"
-    "                [--threads T] [--backend cpu|cuda|auto] [--batch B] [--seed N] [--no-verify]\n"
-    "                [--bin-dir DIR] [--log-dir DIR] [--path auto|grpc|shm]\n"
-    "Starts a coordinator and N workers as processes on loopback, runs a causal forward+backward\n"
-    "job on random data, verifies it against single-device attention, prints throughput and each\n"
-    "worker's idle fraction, and stops everything. Exit status 0 only if all of it worked.\n";
+// Flags that only make sense when the demo starts its own cluster.
+constexpr const char* kLocalOnly[] = {"threads", "backend", "bin-dir", "log-dir"};
+
+absl::Status RunOnCluster(const client::ClientOptions& options, const TrainingRunOptions& run) {
+  auto c = client::Client::Connect(options);
+  if (!c.ok()) return c.status();
+  return RunTrainingJob(c->get(), run);
+}
 
 absl::Status Demo(Args& args) {
   TrainingRunOptions run;
-  ASSIGN_OR_RETURN(run.job, ParseJobFlags(args, /*default_seq=*/2048, /*default_workers=*/2));
+  ASSIGN_OR_RETURN(std::string coordinator, args.GetString("coordinator", ""));
   client::LocalClusterOptions cluster;
-  cluster.workers = run.job.session.num_workers > 0 ? run.job.session.num_workers : 2;
-  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", 1, 0, 1024));
+  // Without --coordinator: the local cluster's size; with it, 0: every live worker.
+  ASSIGN_OR_RETURN(run.job, ParseJobFlags(args, /*default_seq=*/2048,
+                                          coordinator.empty() ? cluster.workers : 0));
+  if (run.job.session.num_workers > 0) cluster.workers = run.job.session.num_workers;
+  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", cluster.threads_per_worker, 0, 1024));
   cluster.threads_per_worker = static_cast<int>(threads);
-  ASSIGN_OR_RETURN(cluster.backend, args.GetString("backend", "cpu"));
+  ASSIGN_OR_RETURN(cluster.backend, args.GetString("backend", cluster.backend));
   ASSIGN_OR_RETURN(cluster.bin_dir, args.GetString("bin-dir", ""));
   ASSIGN_OR_RETURN(cluster.log_dir, args.GetString("log-dir", ""));
   ASSIGN_OR_RETURN(bool no_verify, args.GetBool("no-verify", false));
@@ -38,10 +41,37 @@ absl::Status Demo(Args& args) {
   RETURN_IF_ERROR(args.CheckNoUnknown());
   run.verify = !no_verify;
 
-  std::printf("dfa demo: starting 1 coordinator and %d %s worker(s) (%d thread(s) each) on "
-              "127.0.0.1\n", cluster.workers, cluster.backend.c_str(), cluster.threads_per_worker);
+  if (!coordinator.empty()) {
+    for (const char* flag : kLocalOnly) {
+      if (args.Has(flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, " applies to the cluster the demo starts, not with --coordinator"));
+      }
+    }
+    client::ClientOptions co;
+    co.coordinator = coordinator;
+    co.security = cluster.security;
+    std::printf("dfa demo: against the cluster at %s\n", coordinator.c_str());
+    Interrupts::Install("dfa demo", Interrupts::Mode::kCleanUpAndExit);
+    return RunOnCluster(co, run);
+  }
+
+  std::printf(
+      "dfa demo: starting 1 coordinator and %d %s worker(s) (%d thread(s) each) on "
+      "127.0.0.1\n",
+      cluster.workers, cluster.backend.c_str(), cluster.threads_per_worker);
   const absl::Time t0 = absl::Now();
-  ASSIGN_OR_RETURN(std::unique_ptr<client::LocalCluster> local, client::LocalCluster::Start(cluster));
+  // A Ctrl-C while the cluster starts is acted on once it has (a half-started one cannot be
+  // stopped from here).
+  Interrupts::Install("dfa demo", Interrupts::Mode::kFlagOnly);
+  ASSIGN_OR_RETURN(std::unique_ptr<client::LocalCluster> local,
+                   client::LocalCluster::Start(cluster));
+  // On Ctrl-C, after the job's session is given back: stop the daemons (their own process
+  // group does not see the terminal's Ctrl-C).
+  const int stop_on_interrupt =
+      Interrupts::AddCleanup("stopping the local cluster", [&local] { (void)local->Stop(); });
+  Interrupts::Install("dfa demo", Interrupts::Mode::kCleanUpAndExit);
+  Interrupts::CleanUpAndExitIfRequested();
   std::printf("  coordinator %s; workers", local->coordinator_address().c_str());
   for (const auto& w : local->workers()) std::printf(" %s", w.address.c_str());
   std::printf("; ready in %.2f s; logs in %s\n", absl::ToDoubleSeconds(absl::Now() - t0),
@@ -51,42 +81,64 @@ absl::Status Demo(Args& args) {
                 cluster.security.auth_token.empty() ? "" : ", client token required");
   }
 
-  absl::Status job_status;
-  {
-    auto c = client::Client::Connect(local->client_options());
-    job_status = c.ok() ? RunTrainingJob(c->get(), run) : c.status();
-  }
+  run.job.session.num_workers = cluster.workers;
+  const absl::Status job_status = RunOnCluster(local->client_options(), run);
+  Interrupts::BlockIfExiting();
+  Interrupts::RemoveCleanup(stop_on_interrupt);
   const absl::Time s0 = absl::Now();
   absl::Status stop_status = local->Stop();
   std::printf("stopped %d processes in %.2f s%s\n", cluster.workers + 1,
               absl::ToDoubleSeconds(absl::Now() - s0), stop_status.ok() ? " (clean)" : "");
   RETURN_IF_ERROR(job_status);
   if (!stop_status.ok()) {
-    return absl::InternalError(absl::StrCat("a daemon did not stop cleanly: ", stop_status.message()));
+    return absl::InternalError(
+        absl::StrCat("a daemon did not stop cleanly: ", stop_status.message()));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
+CommandInfo DemoCommandInfo() {
+  client::LocalClusterOptions defaults;
+  return {
+      "dfa",
+      "dfa demo",
+      "[flags]",
+      "Starts a coordinator and N workers as processes on loopback (or uses the running cluster\n"
+      "at --coordinator), runs a causal forward+backward job on random data, verifies it\n"
+      "against single-device attention, prints throughput and each worker's idle fraction, and\n"
+      "stops what it started. Exit status 0 only if all of it worked; Ctrl-C cancels the job,\n"
+      "releases the session, stops the daemons and exits 130.",
+      {{"Cluster",
+        {CoordinatorFlag("run against this running cluster instead of starting one"),
+         {"threads", "T",
+          absl::StrCat("threads per worker (default ", defaults.threads_per_worker,
+                       "; 0: the worker's default)")},
+         {"backend", "cpu|cuda|cudnn|auto",
+          absl::StrCat("workers' backend (default ", defaults.backend,
+                       "; GPU backends: one worker per GPU)")},
+         {"bin-dir", "DIR", "where dfa-coordinator and dfa-worker are (default: next to dfa)"},
+         {"log-dir", "DIR", "daemon logs (default: a fresh /tmp/dfa-cluster-*)"},
+         {"path", "auto|grpc|shm", "data path to the workers (default auto)"},
+         {"no-verify", "", "skip the comparison with single-device attention"}}},
+       JobFlagGroup(2048, absl::StrCat("workers to start (default ", defaults.workers,
+                                       "); with --coordinator: to use (default all)")),
+       SecurityFlagGroup()},
+      "schedule heads: each worker all rows of a range of the kv heads, no worker traffic."};
+}
+
 int RunDemoCommand(int argc, char** argv) {
-  auto args = Args::Parse(argc, argv, 0);
-  if (!args.ok()) {
-    std::fprintf(stderr, "dfa demo: %s\n%s", std::string(args.status().message()).c_str(), kUsage);
-    return 2;
-  }
-  if (args->Has("help")) {
-    std::printf("%s%s", kUsage, kSecurityUsage);
-    return 0;
-  }
-  absl::Status s = Demo(*args);
-  if (!s.ok()) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "dfa demo: FAILED: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  std::printf("dfa demo: PASS\n");
-  return 0;
+  return RunCommand(DemoCommandInfo(), argc, argv, 0, [](Args& args) {
+    absl::Status s = Demo(args);
+    if (s.ok()) {
+      std::printf("dfa demo: PASS\n");
+    } else if (s.code() != absl::StatusCode::kInvalidArgument) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "dfa demo: FAILED\n");
+    }
+    return s;
+  });
 }
 
 }  // namespace dfa::cli

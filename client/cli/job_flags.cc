@@ -27,9 +27,8 @@ absl::StatusOr<JobFlags> ParseJobFlags(Args& args, int64_t default_seq, int defa
     return absl::InvalidArgumentError("--causal and --full exclude each other");
   }
   if (heads % kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--heads (", heads,
-                                                   ") must be a multiple of --kv-heads (",
-                                                   kv_heads, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heads (", heads, ") must be a multiple of --kv-heads (", kv_heads, ")"));
   }
   spec.set_batch(static_cast<int32_t>(batch));
   spec.set_seq_len(seq);
@@ -44,6 +43,44 @@ absl::StatusOr<JobFlags> ParseJobFlags(Args& args, int64_t default_seq, int defa
   f.session.ttl_seconds = static_cast<int>(ttl);
   f.seed = static_cast<uint64_t>(seed);
   return f;
+}
+
+FlagGroup JobFlagGroup(int64_t default_seq, const std::string& workers_help) {
+  return {
+      "Job",
+      {{"batch", "B", "batch size (default 1)"},
+       {"seq", "S", absl::StrCat("sequence length, e.g. 16K (default ", default_seq, ")")},
+       {"heads", "H", "query heads (default 8)"},
+       {"kv-heads", "HK", "key/value heads; H must be a multiple (default H)"},
+       {"head-dim", "D", "head dimension (default 64)"},
+       {"dtype", "bf16|f16|f32", "element type (default bf16)"},
+       {"causal", "", "causal mask (the default)"},
+       {"full", "", "no mask"},
+       {"scale", "X", "softmax scale (default 1/sqrt(D))"},
+       {"workers", "N", workers_help},
+       {"schedule", "NAME", "balanced, ring, distflash, zigzag, heads, auto (default balanced)"},
+       {"seed", "N", "seed of the random inputs (default 1)"},
+       {"ttl", "SECONDS", "session time to live when idle (default: the coordinator's)"}}};
+}
+
+FlagGroup SecurityFlagGroup() {
+  return {"Security (docs/security.md)",
+          {{"tls-cert", "FILE", "client certificate (PEM); with --tls-key and --tls-ca: mTLS"},
+           {"tls-key", "FILE", "its private key (PEM)"},
+           {"tls-ca", "FILE", "CA bundle the servers' certificates must chain to"},
+           {"tls-server-name", "NAME", "name to expect in the servers' certificates"},
+           {"auth-token", "TOKEN", "bearer token for the coordinator (default $DFA_AUTH_TOKEN)"}}};
+}
+
+FlagInfo CoordinatorFlag(const std::string& help) { return {"coordinator", "HOST:PORT", help}; }
+
+absl::StatusOr<std::unique_ptr<client::Client>> ConnectFromArgs(Args& args) {
+  ASSIGN_OR_RETURN(std::string addr, args.GetString("coordinator", ""));
+  if (addr.empty()) return absl::InvalidArgumentError("--coordinator HOST:PORT is required");
+  client::ClientOptions o;
+  o.coordinator = addr;
+  ASSIGN_OR_RETURN(o.security, ParseSecurityFlags(args));
+  return client::Client::Connect(o);
 }
 
 absl::StatusOr<RpcSecurityOptions> ParseSecurityFlags(Args& args) {

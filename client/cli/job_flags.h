@@ -1,12 +1,15 @@
 // Flags shared by `dfa demo`, `dfa submit` and `dfa bench`: the attention spec and the session.
 //   --batch B --seq S --heads H --kv-heads HK --head-dim D --dtype bf16|f16|f32
-//   --causal | --full  --scale X  --workers N  --schedule NAME  --seed N
+//   --causal | --full  --scale X  --workers N  --schedule NAME  --seed N  --ttl SECONDS
+// and those of every command that talks to a cluster (--coordinator, security).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "client/cli/args.h"
+#include "client/cli/command.h"
 #include "client/client.h"
 
 namespace dfa::cli {
@@ -18,15 +21,18 @@ struct JobFlags {
 
 // Reads the flags above; `default_seq` and `default_workers` differ per command.
 absl::StatusOr<JobFlags> ParseJobFlags(Args& args, int64_t default_seq, int default_workers);
+// Their help, with the same defaults (`workers_help` says what the default worker count means).
+FlagGroup JobFlagGroup(int64_t default_seq, const std::string& workers_help);
 
 // Transport security of every command that talks to a cluster (docs/security.md):
 //   --tls-cert FILE --tls-key FILE --tls-ca FILE [--tls-server-name NAME]  (all three or none)
 //   --auth-token TOKEN (default: $DFA_AUTH_TOKEN)
 absl::StatusOr<RpcSecurityOptions> ParseSecurityFlags(Args& args);
-// The usage lines of the flags above.
-inline constexpr char kSecurityUsage[] =
-    "Security: [--tls-cert FILE --tls-key FILE --tls-ca FILE [--tls-server-name NAME]] (mTLS)\n"
-    "          [--auth-token TOKEN] (default $DFA_AUTH_TOKEN; sent as 'authorization: Bearer')\n";
+FlagGroup SecurityFlagGroup();
+
+// --coordinator HOST:PORT (required) and the security flags: a connected client.
+absl::StatusOr<std::unique_ptr<client::Client>> ConnectFromArgs(Args& args);
+FlagInfo CoordinatorFlag(const std::string& help);
 
 // --path: "auto", "grpc" or "shm".
 absl::StatusOr<client::TransferPath> ParseTransferPath(const std::string& path);

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/attention_job.h"
+#include "client/cli/cluster_hold.h"
+#include "client/cli/host_memory.h"
 #include "client/cli/progress.h"
 #include "client/verify.h"
 
@@ -33,23 +35,34 @@ void PrintJobReport(const char* label, const v1::Job& job) {
 
 absl::Status RunTrainingJob(client::Client* client, const TrainingRunOptions& options) {
   const v1::AttentionSpec& spec = options.job.session.spec;
+  RETURN_IF_ERROR(client::ValidateSpec(spec));
+  // Sizes this host cannot hold are refused here, naming the flags, before any allocation.
+  RETURN_IF_ERROR(CheckTrainingRunMemory(spec, options.backward, options.verify));
   ASSIGN_OR_RETURN(client::HostTensor q, client::MakeTensor(spec, v1::TENSOR_Q));
   ASSIGN_OR_RETURN(client::HostTensor k, client::MakeTensor(spec, v1::TENSOR_K));
   ASSIGN_OR_RETURN(client::HostTensor v, client::MakeTensor(spec, v1::TENSOR_V));
-  ASSIGN_OR_RETURN(client::HostTensor dout, client::MakeTensor(spec, v1::TENSOR_DO));
+  client::HostTensor dout;
+  if (options.backward) {
+    ASSIGN_OR_RETURN(dout, client::MakeTensor(spec, v1::TENSOR_DO));
+  }
   const uint64_t seed = options.job.seed;
   client::FillRandom(seed * 4 + 0, &q);
   client::FillRandom(seed * 4 + 1, &k);
   client::FillRandom(seed * 4 + 2, &v);
-  client::FillRandom(seed * 4 + 3, &dout);
+  if (options.backward) client::FillRandom(seed * 4 + 3, &dout);
 
+  // On Ctrl-C: the job running is cancelled and the session released (Interrupts).
+  ClusterHold hold(client);
   client::AttentionJobOptions jo;
   jo.session = options.job.session;
   jo.transfer.path = options.path;
   jo.max_retries = options.max_retries;
   std::unique_ptr<Progress> steps;
   std::unique_ptr<Progress> bytes;  // the transfer in flight (they run one tensor at a time)
-  jo.on_transfer = [&bytes, &steps](v1::TensorKind kind, int64_t total, bool upload) {
+  // Set below, once the job exists; the callbacks run on this thread while it does.
+  client::AttentionJob* attention = nullptr;
+  jo.on_transfer = [&](v1::TensorKind kind, int64_t total, bool upload) {
+    if (attention != nullptr) hold.SetSession(attention->session());
     bytes.reset();  // finishes the previous bar
     steps.reset();
     bytes = std::make_unique<Progress>(
@@ -59,7 +72,8 @@ absl::Status RunTrainingJob(client::Client* client, const TrainingRunOptions& op
     if (bytes) bytes->Add(n);
   };
   // One bar at a time, in the order things happen: each transfer, then the job's steps.
-  jo.observer = [&steps, &bytes](const v1::Job& j) {
+  jo.observer = [&steps, &bytes, &hold](const v1::Job& j) {
+    hold.SetJob(j.state() == v1::JOB_QUEUED || j.state() == v1::JOB_RUNNING ? j.job_id() : "");
     bytes.reset();
     if (!steps) {
       steps = std::make_unique<Progress>(
@@ -72,6 +86,7 @@ absl::Status RunTrainingJob(client::Client* client, const TrainingRunOptions& op
     std::printf("retrying on the remaining workers after: %s\n", std::string(s.message()).c_str());
   };
   client::AttentionJob job(client, jo);
+  attention = &job;
 
   std::printf("job: %s, schedule %s\n", DescribeSpec(spec).c_str(),
               options.job.session.schedule.c_str());
@@ -98,6 +113,7 @@ absl::Status RunTrainingJob(client::Client* client, const TrainingRunOptions& op
     std::printf("fwd+bwd   %.3f s  %.2f GFLOP/s\n", secs,
                 secs > 0 ? (fwd_job.flops() + bwd_job.flops()) / secs / 1e9 : 0.0);
   }
+  hold.SetSession(nullptr);
   (void)job.Release();
   if (!options.verify) return absl::OkStatus();
 

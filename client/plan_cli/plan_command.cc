@@ -1,13 +1,13 @@
 #include "client/plan_cli/plan_command.h"
 
 #include <cstdio>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/command.h"
 #include "core/planner/cost_model.h"
 #include "core/planner/plan_checker.h"
 #include "core/planner/plan_format.h"
@@ -16,17 +16,43 @@
 namespace dfa {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: dfa plan --workers P --seq S [--heads H --kv-heads HK --head-dim D --batch B\n"
-    "                [--dtype bf16|f16|f32]] [--causal|--full] [--speeds a,b,...]\n"
-    "                --schedule ring|distflash|zigzag|balanced|heads|auto [--json]\n"
-    "                [--steps|--no-steps]\n"
-    "                [--tflops F] [--bandwidth-gbps G (0: free)] [--latency-us L]\n"
-    "                [--op-overhead-us U (per compute op; default 0)]\n"
-    "                [--memory-gbps M (per-op fp32 merge traffic; default 0: ignored)]\n"
-    "                [--profile cpu|gpu (cost figures and balanced search; default cpu)]\n";
+using cli::Args;
 
-struct Args {
+cli::CommandInfo PlanInfo(const std::string& name, const std::string& program) {
+  return {program,
+          name,
+          "--workers P --seq S --schedule NAME [flags]",
+          "Makes a plan, checks it (every visible pair computed exactly once, sends and receives\n"
+          "matched, data present when used) and prints its steps and the cost model's figures:\n"
+          "makespan, busy and idle per worker, bytes moved, makespan/ideal. Exit 1 if a made plan\n"
+          "fails its check (a planner bug), 2 for bad input.",
+          {{"Plan",
+            {{"workers", "P", "workers (required)"},
+             {"seq", "S", "sequence length, e.g. 256K (required)"},
+             {"schedule", "NAME", "ring, distflash, zigzag, balanced, heads or auto (required)"},
+             {"causal", "", "causal mask (the default)"},
+             {"full", "", "no mask"},
+             {"speeds", "a,b,...", "relative worker speeds (default all 1)"},
+             {"heads", "H", "query heads (default 32)"},
+             {"kv-heads", "HK", "key/value heads; H must be a multiple (default H)"},
+             {"head-dim", "D", "head dimension (default 128)"},
+             {"batch", "B", "batch size (default 1)"},
+             {"dtype", "bf16|f16|f32", "element type (default bf16)"}}},
+           {"Output",
+            {{"json", "", "one JSON document on stdout (keys: docs/client.md, docs/planner.md)"},
+             {"steps", "", "print the forward and backward steps"},
+             {"no-steps", "", "print no steps (default: the forward steps when P <= 8)"}}},
+           {"Cost model",
+            {{"profile", "cpu|gpu", "cost figures and the balanced search's profile (default cpu)"},
+             {"tflops", "F", "compute rate at speed 1, TFLOP/s (default: the profile's)"},
+             {"bandwidth-gbps", "G", "per link and direction, GB/s (0: free)"},
+             {"latency-us", "L", "per message, microseconds"},
+             {"op-overhead-us", "U", "per compute op, microseconds (default 0)"},
+             {"memory-gbps", "M", "per-op fp32 merge traffic, GB/s (default 0: ignored)"}}}},
+          "Sizes take K, M, G: dfa plan --workers 8 --seq 256K --schedule balanced --json"};
+}
+
+struct Parsed {
   PlanRequest request;
   AttentionShape shape;
   CostParams cost;
@@ -35,125 +61,71 @@ struct Args {
   int steps = -1;  // -1: print steps when P <= 8 (text mode)
 };
 
-absl::Status ParseInt(const std::string& flag, const std::string& v, int64_t lo, int64_t* out) {
-  int64_t x;
-  if (!absl::SimpleAtoi(v, &x)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": not an integer: '", v, "'"));
-  }
-  if (x < lo) return absl::InvalidArgumentError(absl::StrCat(flag, " must be >= ", lo, ", got ", x));
-  *out = x;
-  return absl::OkStatus();
-}
-
-absl::Status ParseDouble(const std::string& flag, const std::string& v, double* out) {
-  if (!absl::SimpleAtod(v, out) || !(*out >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": not a non-negative number: '", v, "'"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Args> Parse(int argc, char** argv) {
-  Args a;
+absl::StatusOr<Parsed> Parse(Args& args) {
+  Parsed a;
   a.request.schedule.clear();
-  a.request.seq_len = -1;
-  a.request.workers = 0;
-  bool have_workers = false, have_seq = false, have_kv = false;
-  int64_t heads = 32, kv_heads = 32, head_dim = 128, batch = 1;
-  // Explicit cost flags override the profile's figures (negative: not given).
-  double tflops = -1, gbps = -1, latency_us = -1, overhead_us = -1, memory_gbps = -1;
-  const std::vector<std::string> value_flags = {
-      "--workers", "--seq", "--heads", "--kv-heads", "--head-dim", "--batch", "--dtype",
-      "--speeds", "--schedule", "--tflops", "--bandwidth-gbps", "--latency-us",
-      "--op-overhead-us", "--memory-gbps", "--profile"};
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i], value;
-    const size_t eq = flag.find('=');
-    if (eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    const bool takes_value =
-        std::find(value_flags.begin(), value_flags.end(), flag) != value_flags.end();
-    if (takes_value && eq == std::string::npos) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
-      value = argv[++i];
-    }
-    int64_t n = 0;
-    if (flag == "--workers") {
-      if (!absl::SimpleAtoi(value, &n)) return absl::InvalidArgumentError(absl::StrCat("--workers: not an integer: '", value, "'"));
-      if (n < 1 || n > 4096) return absl::InvalidArgumentError(absl::StrCat("--workers must be in [1, 4096], got ", n));
-      a.request.workers = static_cast<int>(n);
-      have_workers = true;
-    } else if (flag == "--seq") {
-      RETURN_IF_ERROR(ParseInt(flag, value, 1, &a.request.seq_len));
-      have_seq = true;
-    } else if (flag == "--heads") {
-      RETURN_IF_ERROR(ParseInt(flag, value, 1, &heads));
-    } else if (flag == "--kv-heads") {
-      RETURN_IF_ERROR(ParseInt(flag, value, 1, &kv_heads));
-      have_kv = true;
-    } else if (flag == "--head-dim") {
-      RETURN_IF_ERROR(ParseInt(flag, value, 1, &head_dim));
-    } else if (flag == "--batch") {
-      RETURN_IF_ERROR(ParseInt(flag, value, 1, &batch));
-    } else if (flag == "--dtype") {
-      if (value == "bf16") a.shape.dtype = DType::kBF16;
-      else if (value == "f16") a.shape.dtype = DType::kF16;
-      else if (value == "f32") a.shape.dtype = DType::kF32;
-      else return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown '", value, "' (bf16, f16 or f32)"));
-    } else if (flag == "--speeds") {
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        double s;
-        if (!absl::SimpleAtod(part, &s) || !(s > 0)) {
-          return absl::InvalidArgumentError(absl::StrCat("--speeds: '", std::string(part),
-                                                         "' is not a positive number"));
-        }
-        a.request.speeds.push_back(s);
-      }
-    } else if (flag == "--schedule") {
-      a.request.schedule = value;
-    } else if (flag == "--tflops") {
-      RETURN_IF_ERROR(ParseDouble(flag, value, &tflops));
-      if (!(tflops > 0)) return absl::InvalidArgumentError("--tflops must be > 0");
-    } else if (flag == "--bandwidth-gbps") {
-      RETURN_IF_ERROR(ParseDouble(flag, value, &gbps));
-    } else if (flag == "--latency-us") {
-      RETURN_IF_ERROR(ParseDouble(flag, value, &latency_us));
-    } else if (flag == "--op-overhead-us") {
-      RETURN_IF_ERROR(ParseDouble(flag, value, &overhead_us));
-    } else if (flag == "--memory-gbps") {
-      RETURN_IF_ERROR(ParseDouble(flag, value, &memory_gbps));
-    } else if (flag == "--profile") {
-      if (value != "cpu" && value != "gpu") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--profile: unknown '", value, "' (cpu or gpu)"));
-      }
-      a.profile = value;
-    } else if (flag == "--causal") {
-      a.request.causal = true;
-    } else if (flag == "--full") {
-      a.request.causal = false;
-    } else if (flag == "--json") {
-      a.json = true;
-    } else if (flag == "--steps") {
-      a.steps = 1;
-    } else if (flag == "--no-steps") {
-      a.steps = 0;
-    } else if (flag == "--help" || flag == "-h") {
-      return absl::CancelledError("help");
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", flag, "'"));
-    }
-  }
-  if (!have_workers) return absl::InvalidArgumentError("--workers is required");
-  if (!have_seq) return absl::InvalidArgumentError("--seq is required");
+  if (!args.Has("workers")) return absl::InvalidArgumentError("--workers is required");
+  if (!args.Has("seq")) return absl::InvalidArgumentError("--seq is required");
+  ASSIGN_OR_RETURN(int64_t workers, args.GetInt("workers", 0, 1, 4096));
+  ASSIGN_OR_RETURN(a.request.seq_len, args.GetInt("seq", 0, 1, int64_t{1} << 40));
+  ASSIGN_OR_RETURN(a.request.schedule, args.GetString("schedule", ""));
   if (a.request.schedule.empty()) return absl::InvalidArgumentError("--schedule is required");
-  if (!have_kv) kv_heads = heads;
-  if (heads % kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--heads (", heads, ") must be a multiple of --kv-heads (", kv_heads, ")"));
+  a.request.workers = static_cast<int>(workers);
+  ASSIGN_OR_RETURN(int64_t heads, args.GetInt("heads", 32, 1, 4096));
+  ASSIGN_OR_RETURN(int64_t kv_heads, args.GetInt("kv-heads", heads, 1, 4096));
+  ASSIGN_OR_RETURN(int64_t head_dim, args.GetInt("head-dim", 128, 1, 512));
+  ASSIGN_OR_RETURN(int64_t batch, args.GetInt("batch", 1, 1, 65536));
+  ASSIGN_OR_RETURN(std::string dtype, args.GetString("dtype", "bf16"));
+  if (dtype == "bf16")
+    a.shape.dtype = DType::kBF16;
+  else if (dtype == "f16")
+    a.shape.dtype = DType::kF16;
+  else if (dtype == "f32")
+    a.shape.dtype = DType::kF32;
+  else
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype: unknown '", dtype, "' (bf16, f16 or f32)"));
+  ASSIGN_OR_RETURN(bool causal, args.GetBool("causal", true));
+  ASSIGN_OR_RETURN(bool full, args.GetBool("full", false));
+  if (args.Has("causal") && causal && full) {
+    return absl::InvalidArgumentError("--causal and --full exclude each other");
   }
-  if (head_dim > 512 || heads > 4096 || batch > 65536) {
-    return absl::InvalidArgumentError("--head-dim must be <= 512, --heads <= 4096, --batch <= 65536");
+  a.request.causal = !full;
+  ASSIGN_OR_RETURN(std::string speeds, args.GetString("speeds", ""));
+  if (args.Has("speeds")) {
+    for (absl::string_view part : absl::StrSplit(speeds, ',')) {
+      double x;
+      if (!absl::SimpleAtod(part, &x) || !(x > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--speeds: '", std::string(part), "' is not a positive number"));
+      }
+      a.request.speeds.push_back(x);
+    }
+  }
+  ASSIGN_OR_RETURN(a.profile, args.GetString("profile", "cpu"));
+  if (a.profile != "cpu" && a.profile != "gpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--profile: unknown '", a.profile, "' (cpu or gpu)"));
+  }
+  ASSIGN_OR_RETURN(a.json, args.GetBool("json", false));
+  ASSIGN_OR_RETURN(bool steps, args.GetBool("steps", false));
+  ASSIGN_OR_RETURN(bool no_steps, args.GetBool("no-steps", false));
+  if (steps && no_steps)
+    return absl::InvalidArgumentError("--steps and --no-steps exclude each other");
+  a.steps = steps ? 1 : no_steps ? 0 : -1;
+  // Explicit cost flags override the profile's figures (negative: not given).
+  constexpr double kMax = 1e12;
+  ASSIGN_OR_RETURN(double tflops, args.GetDouble("tflops", -1, 0, kMax));
+  if (args.Has("tflops") && !(tflops > 0))
+    return absl::InvalidArgumentError("--tflops must be > 0");
+  ASSIGN_OR_RETURN(double gbps, args.GetDouble("bandwidth-gbps", -1, 0, kMax));
+  ASSIGN_OR_RETURN(double latency_us, args.GetDouble("latency-us", -1, 0, kMax));
+  ASSIGN_OR_RETURN(double overhead_us, args.GetDouble("op-overhead-us", -1, 0, kMax));
+  ASSIGN_OR_RETURN(double memory_gbps, args.GetDouble("memory-gbps", -1, 0, kMax));
+  RETURN_IF_ERROR(args.CheckNoUnknown());
+  if (heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heads (", heads, ") must be a multiple of --kv-heads (", kv_heads, ")"));
   }
   a.shape.batch = static_cast<int>(batch);
   a.shape.q_heads = static_cast<int>(heads);
@@ -178,46 +150,39 @@ absl::StatusOr<Args> Parse(int argc, char** argv) {
   return a;
 }
 
-}  // namespace
-
-int RunPlanCommand(int argc, char** argv) {
-  absl::StatusOr<Args> args = Parse(argc, argv);
-  if (!args.ok()) {
-    if (absl::IsCancelled(args.status())) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "dfa plan: %s\n%s", std::string(args.status().message()).c_str(), kUsage);
-    return 2;
-  }
-  absl::StatusOr<Plan> plan = MakePlan(args->request);
-  if (!plan.ok()) {
-    std::fprintf(stderr, "dfa plan: %s\n", std::string(plan.status().message()).c_str());
-    return 2;
-  }
+// Makes, checks, costs and prints the plan. A plan that cannot be made for these flags is
+// INVALID_ARGUMENT (exit 2); one that fails its check is INTERNAL (exit 1: a planner bug).
+absl::Status MakeAndPrint(Args& args) {
+  ASSIGN_OR_RETURN(Parsed a, Parse(args));
+  absl::StatusOr<dfa::Plan> plan = MakePlan(a.request);
+  if (!plan.ok()) return absl::InvalidArgumentError(plan.status().message());
   CheckOptions check_options;
-  check_options.shape = args->shape;
+  check_options.shape = a.shape;
   absl::StatusOr<CheckReport> check = CheckPlan(*plan, check_options);
   if (!check.ok()) {
-    std::fprintf(stderr, "dfa plan: the %s plan fails its check: %s\n", plan->schedule.c_str(),
-                 std::string(check.status().message()).c_str());
-    return 1;
+    return absl::InternalError(
+        absl::StrCat("the ", plan->schedule, " plan fails its check: ", check.status().message()));
   }
-  absl::StatusOr<PlanCost> cost = EstimateCost(*plan, args->cost);
-  if (!cost.ok()) {
-    std::fprintf(stderr, "dfa plan: %s\n", std::string(cost.status().message()).c_str());
-    return 2;
+  absl::StatusOr<PlanCost> cost = EstimateCost(*plan, a.cost);
+  if (!cost.ok()) return absl::InvalidArgumentError(cost.status().message());
+  if (a.json) {
+    std::printf("%s\n", FormatJson(*plan, *cost, *check, a.steps == 1, a.profile).c_str());
+    return absl::OkStatus();
   }
-  if (args->json) {
-    std::printf("%s\n", FormatJson(*plan, *cost, *check, args->steps == 1, args->profile).c_str());
-    return 0;
-  }
-  if (args->steps == 1 || (args->steps == -1 && plan->num_workers() <= 8)) {
+  if (a.steps == 1 || (a.steps == -1 && plan->num_workers() <= 8)) {
     std::printf("forward steps:\n%s", FormatSteps(*plan, false).c_str());
-    if (args->steps == 1) std::printf("backward steps:\n%s", FormatSteps(*plan, true).c_str());
+    if (a.steps == 1) std::printf("backward steps:\n%s", FormatSteps(*plan, true).c_str());
   }
-  std::printf("profile: %s\n%s", args->profile.c_str(), FormatCost(*plan, *cost, *check).c_str());
-  return 0;
+  std::printf("profile: %s\n%s", a.profile.c_str(), FormatCost(*plan, *cost, *check).c_str());
+  return absl::OkStatus();
 }
+
+}  // namespace
+
+int RunPlanCommand(int argc, char** argv, const std::string& name, const std::string& program) {
+  return cli::RunCommand(PlanInfo(name, program), argc, argv, 1, MakeAndPrint);
+}
+
+int RunPlanCommand(int argc, char** argv) { return RunPlanCommand(argc, argv, "dfa plan", "dfa"); }
 
 }  // namespace dfa

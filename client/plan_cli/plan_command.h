@@ -1,4 +1,6 @@
-// `dfa plan`: makes a plan, checks it (CheckPlan) and prints its steps and cost-model figures.
+// `dfa plan` and `dfa-plan`: makes a plan, checks it (CheckPlan) and prints its steps and
+// cost-model figures. Flags through client/cli/args.h (sizes take K, M, G: --seq 256K; unknown
+// flags named with the closest known one); -h/--help lists them, --version prints the version.
 //
 //   dfa plan --workers P --seq S [--heads H --kv-heads HK --head-dim D --batch B --dtype bf16]
 //            [--causal|--full] [--speeds a,b,...]
@@ -18,8 +20,13 @@
 // Thread-compatible (no global state).
 #pragma once
 
+#include <string>
+
 namespace dfa {
 
+// As `dfa plan` (help titled "dfa plan", --version "dfa ...").
 int RunPlanCommand(int argc, char** argv);
+// `name` titles the help and the errors ("dfa-plan"); `program` is what --version names.
+int RunPlanCommand(int argc, char** argv, const std::string& name, const std::string& program);
 
 }  // namespace dfa

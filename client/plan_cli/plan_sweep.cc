@@ -12,7 +12,7 @@
 // P values above 1.02, and the largest number of compute ops of one worker; --per-p prints every
 // P (with its head groups: "balanced" splits the kv heads where no sequence plan is within 2%).
 // Every plan is checked with CheckPlan at the sweep's shape (exit 1 if one fails). Exit 2 on bad
-// flags.
+// flags. Sizes take K, M, G (--seq 256K); -h/--help lists the flags, --version the version.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/command.h"
 #include "core/planner/cost_model.h"
 #include "core/planner/plan_checker.h"
 #include "core/planner/planner.h"
@@ -74,51 +75,48 @@ int HeadGroupCount(const dfa::Plan& plan) {
   return static_cast<int>(std::unique(ranges.begin(), ranges.end()) - ranges.begin());
 }
 
-int Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "dfa-plan-sweep: %s\nusage: dfa-plan-sweep [--seq S] [--min-workers A] "
-               "[--max-workers B] [--mask causal|full|both] [--patterns p,q,...] "
-               "[--op-overhead-us U] [--per-p]\n",
-               why.c_str());
-  return 2;
+dfa::cli::CommandInfo SweepInfo() {
+  return {"dfa-plan-sweep",
+          "dfa-plan-sweep",
+          "[--seq S] [--min-workers A] [--max-workers B] [flags]",
+          "The balanced planner's makespan/ideal ratios over P = A..B and speed patterns, with\n"
+          "communication in the cost model (32 heads of 128, bf16, 400 TFLOP/s, 300 GB/s, 20 us\n"
+          "per message). Prints, per (pattern, mask), the worst forward and backward ratio, where\n"
+          "it happens, the P values above 1.02 and the most compute ops of one worker. Every plan\n"
+          "is checked (exit 1 if one fails); exit 2 on bad flags.",
+          {{"Sweep",
+            {{"seq", "S", "sequence length, e.g. 256K (default 256K)"},
+             {"min-workers", "A", "smallest P (default 1)"},
+             {"max-workers", "B", "largest P, at most 4096 (default 64)"},
+             {"mask", "causal|full|both", "masks to sweep (default both)"},
+             {"patterns", "p,q,...",
+              "speed patterns: equal, alt12, cycle1234, straggler, random (default all)"},
+             {"op-overhead-us", "U", "per compute op, microseconds (default 0)"},
+             {"per-p", "", "print every P (with its head groups)"}}}},
+          ""};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  int64_t seq = 262144, lo = 1, hi = 64;
-  double overhead_us = 0;
-  std::string mask = "both";
-  std::vector<std::string> patterns = {"equal", "alt12", "cycle1234", "straggler", "random"};
-  bool per_p = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--per-p") {
-      per_p = true;
-      continue;
-    }
-    if (i + 1 >= argc) return Usage(absl::StrCat(flag, " needs a value (or is unknown)"));
-    const std::string value = argv[++i];
-    bool ok = true;
-    if (flag == "--seq")
-      ok = absl::SimpleAtoi(value, &seq) && seq >= 1;
-    else if (flag == "--min-workers")
-      ok = absl::SimpleAtoi(value, &lo) && lo >= 1;
-    else if (flag == "--max-workers")
-      ok = absl::SimpleAtoi(value, &hi) && hi >= 1 && hi <= 4096;
-    else if (flag == "--op-overhead-us")
-      ok = absl::SimpleAtod(value, &overhead_us) && overhead_us >= 0;
-    else if (flag == "--mask")
-      ok = value == "causal" || value == "full" || value == "both", mask = value;
-    else if (flag == "--patterns")
-      patterns = absl::StrSplit(value, ',');
-    else
-      return Usage(absl::StrCat("unknown flag '", flag, "'"));
-    if (!ok) return Usage(absl::StrCat(flag, ": bad value '", value, "'"));
+// The sweep itself, on parsed flags.
+absl::Status Sweep(dfa::cli::Args& args) {
+  ASSIGN_OR_RETURN(int64_t seq, args.GetInt("seq", 262144, 1, int64_t{1} << 40));
+  ASSIGN_OR_RETURN(int64_t lo, args.GetInt("min-workers", 1, 1, 4096));
+  ASSIGN_OR_RETURN(int64_t hi, args.GetInt("max-workers", 64, 1, 4096));
+  ASSIGN_OR_RETURN(double overhead_us, args.GetDouble("op-overhead-us", 0, 0, 1e9));
+  ASSIGN_OR_RETURN(std::string mask, args.GetString("mask", "both"));
+  if (mask != "causal" && mask != "full" && mask != "both") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mask: unknown '", mask, "' (causal, full or both)"));
   }
+  ASSIGN_OR_RETURN(std::string pattern_list,
+                   args.GetString("patterns", "equal,alt12,cycle1234,straggler,random"));
+  const std::vector<std::string> patterns = absl::StrSplit(pattern_list, ',');
+  ASSIGN_OR_RETURN(bool per_p, args.GetBool("per-p", false));
+  RETURN_IF_ERROR(args.CheckNoUnknown());
   std::vector<double> probe;
   for (const std::string& p : patterns) {
-    if (!Speeds(p, 1, &probe)) return Usage(absl::StrCat("--patterns: unknown '", p, "'"));
+    if (!Speeds(p, 1, &probe)) {
+      return absl::InvalidArgumentError(absl::StrCat("--patterns: unknown '", p, "'"));
+    }
   }
   std::printf(
       "seq %lld, P %lld..%lld, 32x128 heads bf16, 400 TFLOP/s, 300 GB/s, 20 us, "
@@ -144,7 +142,7 @@ int main(int argc, char** argv) {
         dfa::PlanRequest request{"balanced", P, seq, causal, cost.speeds};
         request.session_shape = cost.shape;  // head groups where no sequence plan is within 2%
         absl::StatusOr<dfa::Plan> plan = dfa::MakePlan(request);
-        if (!plan.ok()) return Usage(std::string(plan.status().message()));
+        if (!plan.ok()) return absl::InvalidArgumentError(plan.status().message());
         dfa::CheckOptions check;
         check.shape = cost.shape;
         if (absl::Status s = dfa::CheckPlan(*plan, check).status(); !s.ok()) {
@@ -154,7 +152,7 @@ int main(int argc, char** argv) {
           continue;
         }
         absl::StatusOr<dfa::PlanCost> c = dfa::EstimateCost(*plan, cost);
-        if (!c.ok()) return Usage(std::string(c.status().message()));
+        if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
         const double f = c->forward.makespan_ratio, b = c->backward.makespan_ratio;
         const int n = std::max(MaxOps(*plan, true), MaxOps(*plan, false));
         if (per_p) {
@@ -175,5 +173,10 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  return failures > 0 ? 1 : 0;
+  if (failures > 0) return absl::InternalError(absl::StrCat(failures, " plan(s) failed CheckPlan"));
+  return absl::OkStatus();
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return dfa::cli::RunCommand(SweepInfo(), argc, argv, 1, Sweep); }

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "coordinator/coordinator_server.h"
+#include "core/session_capability.h"
 #include "tests/coordinator/service/fake_worker.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -25,9 +27,11 @@ double Percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
-std::unique_ptr<grpc::ClientContext> Ctx() {
+// `capability`: the session's, for calls about it.
+std::unique_ptr<grpc::ClientContext> Ctx(const std::string& capability = "") {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  dfa::AttachCapability(ctx.get(), capability);
   return ctx;
 }
 
@@ -78,11 +82,12 @@ int main(int argc, char** argv) {
       submit.set_client_id("bench");
       submit.set_kind(dfa::v1::JOB_FORWARD);
       dfa::v1::Job job;
-      if (!stub->SubmitJob(Ctx().get(), submit, &job).ok()) return 1;
+      const std::string& capability = session.session_capability();
+      if (!stub->SubmitJob(Ctx(capability).get(), submit, &job).ok()) return 1;
       dfa::v1::GetJobRequest watch;
       watch.set_job_id(job.job_id());
       watch.set_client_id("bench");
-      auto ctx = Ctx();
+      auto ctx = Ctx(capability);
       auto reader = stub->WatchJob(ctx.get(), watch);
       while (reader->Read(&job)) {
       }
@@ -93,7 +98,7 @@ int main(int argc, char** argv) {
       release.set_session_id(session.session_id());
       release.set_client_id("bench");
       dfa::v1::ReleaseSessionResponse released;
-      if (!stub->ReleaseSession(Ctx().get(), release, &released).ok()) return 1;
+      if (!stub->ReleaseSession(Ctx(capability).get(), release, &released).ok()) return 1;
       const absl::Time t3 = absl::Now();
       session_ms.push_back(absl::ToDoubleMilliseconds((t1 - t0) + (t3 - t2)));
       job_ms.push_back(absl::ToDoubleMilliseconds(t2 - t1));

@@ -4,8 +4,9 @@
 // seconds per GB the whole process (client + worker) spent.
 //
 // Paths: "proto" = the generated stubs (the client copies rows into a TensorChunk string, which
-// gRPC serialises); "raw" = core/wire/chunk_wire.h on the client too
-// (rows copied once into the slice gRPC sends; received chunks copied once into the tensor);
+// gRPC serialises); "raw" = core/wire/chunk_wire.h on the client too, over gRPC's generic stub
+// (client/raw_stream.h; rows copied once into the slice gRPC sends; received chunks copied once
+// into the tensor);
 // "shm" = Worker.SharedMemoryTransfer through one reused, pre-faulted segment.
 //
 // usage: dfa-data-plane-bench [mib=64] [repeats=5] [chunk_mib=4]
@@ -22,11 +23,12 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "client/raw_stream.h"
 #include "core/planner/plan_proto.h"
 #include "core/planner/planner.h"
 #include "dfa/v1/worker.grpc.pb.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/support/sync_stream.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "core/wire/chunk_wire.h"
 #include "core/wire/crc32c.h"
 #include "worker/worker_daemon.h"
@@ -164,14 +166,10 @@ int Main(int argc, char** argv) {
     w->WritesDone();
     return w->Finish().ok() && resp.bytes_received() == bytes;
   };
-  const grpc::internal::RpcMethod upload_method("/dfa.v1.Worker/Upload",
-                                                grpc::internal::RpcMethod::CLIENT_STREAMING);
+  grpc::GenericStub raw_stub(channel);
   auto upload_raw = [&] {
     grpc::ClientContext ctx;
-    v1::UploadResponse resp;
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> w(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), upload_method,
-                                                                      &ctx, &resp));
+    client::RawStream w(&raw_stub, &ctx, "/dfa.v1.Worker/Upload");
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
       const int64_t r1 = std::min(rows, r0 + rows_per_chunk);
       const int64_t n = (r1 - r0) * kRowBytes;
@@ -181,10 +179,19 @@ int Main(int argc, char** argv) {
       const uint32_t crc = Crc32c(data, static_cast<size_t>(n));
       const std::string prefix = EncodeUploadPrefix(r0 == 0 ? kSession : "", r0 == 0 ? kClient : "",
                                                     v1::TENSOR_Q, r0, r1, 0, crc, n);
-      if (!w->Write(FrameBuffer(prefix, std::move(slice)))) break;
+      if (!w.Write(FrameBuffer(prefix, std::move(slice)))) break;
     }
-    w->WritesDone();
-    return w->Finish().ok() && resp.bytes_received() == bytes;
+    w.WritesDone();
+    grpc::ByteBuffer reply;
+    std::vector<grpc::Slice> slices;
+    std::string reply_bytes;
+    if (w.Read(&reply) && reply.Dump(&slices).ok()) {
+      for (const grpc::Slice& sl : slices) {
+        reply_bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      }
+    }
+    v1::UploadResponse resp;
+    return w.Finish().ok() && resp.ParseFromString(reply_bytes) && resp.bytes_received() == bytes;
   };
   v1::DownloadRequest dreq;
   dreq.set_session_id(kSession);
@@ -203,29 +210,38 @@ int Main(int argc, char** argv) {
     }
     return r->Finish().ok() && got == bytes;
   };
-  const grpc::internal::RpcMethod download_method("/dfa.v1.Worker/Download",
-                                                  grpc::internal::RpcMethod::SERVER_STREAMING);
+  const grpc::Slice dreq_slice(dreq.SerializeAsString());
+  const grpc::ByteBuffer dreq_buffer(&dreq_slice, 1);
   auto download_raw = [&] {
     grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> r(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(),
-                                                                      download_method, &ctx, dreq));
+    client::RawStream r(&raw_stub, &ctx, "/dfa.v1.Worker/Download", /*cork_metadata=*/true);
+    (void)r.WriteLast(dreq_buffer);
     grpc::ByteBuffer b;
     ChunkFrame f;
     int64_t got = 0;
-    while (r->Read(&b)) {
+    while (r.Read(&b)) {
       if (!f.ParseTensorChunk(b).ok()) return false;
       const WireChunk& c = f.chunk();
       if (c.DataCrc32c() != c.crc32c) return false;
       c.CopyDataTo(back.data() + c.row_begin * kRowBytes);
       got += c.data_size;
     }
-    return r->Finish().ok() && got == bytes;
+    return r.Finish().ok() && got == bytes;
   };
-  // One segment for every shm transfer (as a client that keeps it), pre-faulted.
-  const std::string shm_name = "/dfa-bench-" + std::to_string(getpid());
-  const int fd = shm_open(shm_name.c_str(), O_CREAT | O_RDWR, 0600);
-  if (fd < 0 || ftruncate(fd, bytes) != 0) return 1;
+  // One segment for every shm transfer (as a client keeps it), made by the worker
+  // (CreateSharedMemory) and mapped here through its path, pre-faulted.
+  v1::CreateSharedMemoryResponse segment;
+  {
+    grpc::ClientContext ctx;
+    v1::CreateSharedMemoryRequest c;
+    c.set_session_id(kSession);
+    c.set_client_id(kClient);
+    c.set_bytes(bytes);
+    if (!stub->CreateSharedMemory(&ctx, c, &segment).ok()) return 1;
+  }
+  const std::string shm_name = segment.shm_name();
+  const int fd = ::open(segment.path().c_str(), O_RDWR);
+  if (fd < 0) return 1;
   auto* seg = static_cast<uint8_t*>(mmap(nullptr, static_cast<size_t>(bytes),
                                          PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0));
   close(fd);
@@ -257,7 +273,6 @@ int Main(int argc, char** argv) {
   Print("download shm (worker copy + client copy)",
         Measure(repeats, bytes, [&] { return shm(false); }), mc.best_gbps);
   munmap(seg, static_cast<size_t>(bytes));
-  shm_unlink(shm_name.c_str());
   std::printf("round trip %s\n", same ? "exact" : "DIFFERS");
   (*daemon)->Shutdown();
   return same ? 0 : 1;

@@ -6,11 +6,15 @@ for the dashboard check a Prometheus server with a 1 s scrape interval), so the 
 tested too. While `dfa` client jobs run against it (plus one request that must fail, so the
 error counter has a sample):
 
-  lint       every daemon's /metrics passes `promtool check metrics`, and every metric in
-             docs/metrics.md is exported by some daemon with its documented type.
+  lint       every daemon's /metrics passes `promtool check metrics`, every metric in
+             docs/metrics.md is exported by some daemon with its documented type (process
+             metrics, dfa_build_info and the request totals included), request totals count
+             what the load did, and /healthz and /readyz answer 200 on every daemon.
   dashboard  every query of every panel of deploy/grafana/dashboard.json returns data (a finite
-             value) through
-             Prometheus' HTTP API (/api/v1/query), and so do the recording rules.
+             value) through Prometheus' HTTP API (/api/v1/query), with the variables at "All"
+             and at this cluster's own values (cluster="local", each job); none does for a
+             cluster, namespace or job that does not exist (every query is scoped by them);
+             the recording rules return data too.
 
 Ctrl-C (SIGINT) to the launcher is how the cluster stops; the test then checks that every
 process it started is gone.
@@ -28,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -47,6 +52,15 @@ def log(msg):
 def http_get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read().decode("utf-8")
+
+
+def http_status(url, timeout=5):
+    """(status, body) also for error statuses (503 from /readyz)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8")
 
 
 def parse_env(path):
@@ -172,8 +186,78 @@ def lint(cluster, load):
             problems.append(f"{name}: documented as {kind}, exported as {exported[name]}")
     extra = sorted(n for n in exported if n.startswith("dfa_") and n not in documented)
     if extra:
-        log(f"note: exported but undocumented: {extra}")
+        problems.append(f"exported but not documented in docs/metrics.md: {extra}")
     log(f"{len(exported)} metric families exported, {len(documented)} documented")
+    problems += lint_values(urls)
+    problems += lint_probes(urls)
+    return problems
+
+
+def samples(text, name):
+    """[(labels dict, value)] of metric `name` in a text exposition."""
+    out = []
+    for m in re.finditer(r"^" + re.escape(name) + r"(?:\{([^}]*)\})? (\S+)$", text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        out.append((labels, float(m.group(2))))
+    return out
+
+
+def lint_values(urls):
+    """The new families carry what they should after the load ran."""
+    problems = []
+    texts = {url: http_get(url) for url in urls}
+    coordinator, workers = urls[0], urls[1:]
+    for url, text in texts.items():
+        info = samples(text, "dfa_build_info")
+        if len(info) != 1 or info[0][1] != 1 or not info[0][0].get("version") or \
+                not info[0][0].get("build_type"):
+            problems.append(f"{url}: dfa_build_info is {info}, want one series = 1 with "
+                            "version and build_type")
+        for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                     "process_open_fds", "process_max_fds", "process_start_time_seconds"):
+            got = samples(text, name)
+            if len(got) != 1 or not got[0][1] > 0:
+                problems.append(f"{url}: {name} = {got}, want one positive sample")
+        start = samples(text, "process_start_time_seconds")
+        if start and not time.time() - 3600 < start[0][1] <= time.time() + 1:
+            problems.append(f"{url}: process_start_time_seconds {start[0][1]} is not a recent start")
+    ok = {l["rpc"]: v for l, v in samples(texts[coordinator], "dfa_coordinator_requests_total")
+          if l.get("code") == "OK"}
+    for rpc in ("CreateSession", "SubmitJob", "RegisterWorker", "Heartbeat"):
+        if not ok.get(rpc, 0) > 0:
+            problems.append(f"{coordinator}: dfa_coordinator_requests_total{{rpc={rpc},code=OK}} "
+                            f"= {ok.get(rpc)} after client jobs ran")
+    refused = sum(v for l, v in samples(texts[coordinator], "dfa_coordinator_requests_total")
+                  if l.get("rpc") == "GetJob" and l.get("code") == "NOT_FOUND")
+    errors = sum(v for l, v in samples(texts[coordinator], "dfa_grpc_errors_total")
+                 if l.get("method") == "GetJob" and l.get("code") == "NOT_FOUND")
+    if refused < 1 or refused != errors:
+        problems.append(f"{coordinator}: GetJob NOT_FOUND counted {refused} in requests_total, "
+                        f"{errors} in dfa_grpc_errors_total (want the same, >= 1)")
+    for url in workers:
+        got = {l["rpc"]: v for l, v in samples(texts[url], "dfa_worker_requests_total")
+               if l.get("code") == "OK"}
+        for rpc in ("OpenSession", "RunJob"):
+            if not got.get(rpc, 0) > 0:
+                problems.append(f"{url}: dfa_worker_requests_total{{rpc={rpc},code=OK}} = "
+                                f"{got.get(rpc)} after client jobs ran")
+        # Tensors moved through gRPC streams or, on one host, shared memory.
+        moved = sum(got.get(rpc, 0) for rpc in ("Upload", "Download", "SharedMemoryTransfer"))
+        if not moved > 0:
+            problems.append(f"{url}: no data-plane RPC counted in dfa_worker_requests_total: {got}")
+    return problems
+
+
+def lint_probes(urls):
+    """/healthz and /readyz of every daemon of a running cluster with live workers: 200."""
+    problems = []
+    for url in urls:
+        base = url.rsplit("/", 1)[0]
+        for path, body in (("/healthz", "ok\n"), ("/readyz", "ready\n")):
+            status, text = http_status(base + path)
+            log(f"GET {base + path}: {status} {text.strip()}")
+            if (status, text) != (200, body):
+                problems.append(f"GET {base + path}: {status} {text!r}, want 200 {body!r}")
     return problems
 
 
@@ -185,16 +269,13 @@ def query(prom, promql):
     return body["data"]["result"]
 
 
-def dashboard(cluster, load, report_path, deadline_s=90):
-    prom = cluster.env["DFA_PROMETHEUS"]
-    dash = dq.load_dashboard()
-    pending = [(t, ref, e, dq.substitute(e, RATE_INTERVAL, ".*")) for t, ref, e in dq.queries(dash)]
-    # The recording rules must produce data too.
-    for rule in ("worker:dfa_step_idle_fraction:ratio_rate1m", "worker:dfa_attention_flops:rate1m",
-                 "cluster:dfa_attention_flops:rate1m", "kind:dfa_job_latency_seconds:p99_rate5m"):
-        pending.append(("recording rule", "", rule, rule))
-    health = 'count(up{job=~"dfa-.*"} == 1) == 3'  # coordinator + 2 workers scraped
-    pending.append(("scrape health", "", health, health))
+def finite(prom, promql):
+    return [r for r in query(prom, promql) if math.isfinite(float(r["value"][1]))]
+
+
+def wait_for_data(prom, pending, deadline_s):
+    """Asks every (title, ref, expr, promql) until each returned data or the time is up; returns
+    (answered with their results, still pending)."""
     answered = []
     deadline = time.time() + deadline_s
     while pending and time.time() < deadline:
@@ -202,11 +283,59 @@ def dashboard(cluster, load, report_path, deadline_s=90):
         for item in pending:
             # Data = at least one series with a finite value (a quantile or a ratio over a window
             # without jobs is NaN: not yet data; the load keeps running, so ask again).
-            result = [r for r in query(prom, item[3]) if math.isfinite(float(r["value"][1]))]
+            result = finite(prom, item[3])
             (answered if result else still).append(item + (result,) if result else item)
         pending = still
         if pending:
             time.sleep(2)
+    return answered, pending
+
+
+def dashboard(cluster, load, report_path, deadline_s=90):
+    prom = cluster.env["DFA_PROMETHEUS"]
+    dash = dq.load_dashboard()
+    pending = [(t, ref, e, dq.substitute(e, RATE_INTERVAL, ".*")) for t, ref, e in dq.queries(dash)]
+    # The recording rules must produce data too.
+    for rule in ("worker:dfa_step_idle_fraction:ratio_rate1m", "worker:dfa_attention_flops:rate1m",
+                 "cluster:dfa_attention_flops:rate1m", "kind:dfa_job_latency_seconds:p99_rate5m",
+                 "job:dfa_request_server_errors:ratio_rate5m"):
+        pending.append(("recording rule", "", rule, rule))
+    health = 'count(up{job=~"dfa-.*"} == 1) == 3'  # coordinator + 2 workers scraped
+    pending.append(("scrape health", "", health, health))
+    # The variables' own queries list this cluster's values.
+    for var in dash["templating"]["list"]:
+        if var["type"] == "query":
+            pending.append((f"variable ${var['name']}", "", var["definition"], None))
+    variables = [p for p in pending if p[3] is None]
+    pending = [p for p in pending if p[3] is not None]
+    answered, pending = wait_for_data(prom, pending, deadline_s)
+    problems = [f"no data: panel '{t}' {ref}: {promql}" for t, ref, _, promql in pending]
+    problems += check_variables(prom, variables)
+    # This cluster's own values: cluster="local" (prometheus-local.yml), each job alone.
+    panels = [(t, ref, e) for t, ref, e in dq.queries(dash)]
+    own = [(t, ref, e, dq.substitute(e, RATE_INTERVAL, ".*", cluster="local", job="dfa-.*"))
+           for t, ref, e in panels]
+    by_job = {"dfa-coordinator": [], "dfa-worker": []}
+    for t, ref, e in panels:
+        series = {s for s, _ in dq.selectors(e)}
+        job = ("dfa-worker" if all(s.startswith(("dfa_worker_", "dfa_transport_")) for s in series)
+               else "dfa-coordinator" if all(s.startswith("dfa_coordinator_") for s in series)
+               else None)
+        if job:
+            by_job[job].append((t, ref, e, dq.substitute(e, RATE_INTERVAL, ".*", cluster="local",
+                                                         job=job)))
+    scoped, missing = wait_for_data(prom, own + by_job["dfa-coordinator"] + by_job["dfa-worker"], 30)
+    problems += [f"no data with cluster=local / its own job: panel '{t}' {ref}: {promql}"
+                 for t, ref, _, promql in missing]
+    log(f"{len(scoped)} queries returned data with this cluster's own variable values")
+    # And nothing for a cluster, namespace or job that is not there: every query is scoped.
+    for var in dq.SCOPE_VARIABLES:
+        for t, ref, e in panels:
+            promql = dq.substitute(e, RATE_INTERVAL, ".*", **{var: "no-such-" + var})
+            got = finite(prom, promql)
+            if got:
+                problems.append(f"panel '{t}' {ref} returns data for {var}=no-such-{var}: "
+                                f"{promql} -> {got[:1]}")
     lines = []
     for title, ref, _, promql, result in answered:
         first = result[0]
@@ -219,7 +348,26 @@ def dashboard(cluster, load, report_path, deadline_s=90):
             f.write("\n".join(lines) + "\n")
     log(f"{len(answered)} queries returned data, {len(pending)} did not; "
         f"client jobs: {load.ok} ok, {len(load.failed)} failed")
-    return [f"no data: panel '{t}' {ref}: {promql}" for t, ref, _, promql in pending]
+    return problems
+
+
+def check_variables(prom, variables):
+    """Each variable's label_values(selector, label) lists this cluster's values."""
+    want = {"cluster": {"local"}, "job": {"dfa-coordinator", "dfa-worker"}}
+    problems = []
+    for title, _, definition, _ in variables:
+        m = re.fullmatch(r"label_values\((.*), (\w+)\)", definition)
+        if not m:
+            problems.append(f"{title}: cannot read {definition}")
+            continue
+        selector = dq.substitute(m.group(1), RATE_INTERVAL, ".*")
+        values = {r["metric"].get(m.group(2)) for r in query(prom, selector)} - {None}
+        log(f"{title}: {sorted(values)}")
+        if m.group(2) in want and not want[m.group(2)] <= values:
+            problems.append(f"{title}: lists {sorted(values)}, want {sorted(want[m.group(2)])}")
+        if m.group(2) == "worker" and len(values) != 2:
+            problems.append(f"{title}: lists {sorted(values)}, want the 2 workers")
+    return problems
 
 
 def main():

@@ -2,8 +2,9 @@
 
 Shared by the deploy tests (dashboard_test.py checks them offline, cluster_test.py runs them
 against a real Prometheus). Grafana variables are substituted the way Grafana would for a
-dashboard showing all workers: $__rate_interval becomes a window of a few scrape intervals,
-$worker a regex matching every worker.
+dashboard showing everything: $__rate_interval becomes a window of a few scrape intervals,
+$cluster, $namespace, $job and $worker regexes matching every value (Grafana's "All", ".*"),
+unless a test asks for particular values.
 """
 
 import json
@@ -14,8 +15,13 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DASHBOARD = os.path.join(REPO, "deploy", "grafana", "dashboard.json")
 METRICS_DOC = os.path.join(REPO, "docs", "metrics.md")
 
-# Variables Grafana fills in and what they stand for when every worker is shown.
-GRAFANA_VARIABLES = ("$__rate_interval", "$__interval", "$__range", "$worker", "${worker}")
+# The variables every series selector of every query must use (Grafana's multi-value regexes),
+# so that a dashboard on a Prometheus holding several deployments shows one at a time.
+SCOPE_VARIABLES = ("cluster", "namespace", "job")
+# Template variables a query may use besides Grafana's $__ ones.
+QUERY_VARIABLES = SCOPE_VARIABLES + ("worker",)
+# Series names a query may read: ours and the standard process metrics.
+SERIES = re.compile(r"\b((?:dfa|process)_[a-z0-9_]+|up)\b(?![(_])")
 
 
 def load_dashboard(path=DASHBOARD):
@@ -43,11 +49,19 @@ def queries(dashboard):
     return out
 
 
-def substitute(expr, rate_interval="15s", worker_regex=".*"):
-    """PromQL with Grafana's variables replaced; raises ValueError on an unknown variable."""
+def substitute(expr, rate_interval="15s", worker_regex=".*", **values):
+    """PromQL with Grafana's variables replaced; raises ValueError on an unknown variable.
+
+    values: regexes for cluster, namespace and job (default ".*", Grafana's "All").
+    """
     s = expr.replace("$__rate_interval", rate_interval).replace("$__interval", rate_interval)
     s = s.replace("$__range", rate_interval)
-    s = s.replace("${worker}", worker_regex).replace("$worker", worker_regex)
+    fill = {name: values.pop(name, ".*") for name in SCOPE_VARIABLES}
+    fill["worker"] = worker_regex
+    if values:
+        raise ValueError(f"unknown variable value(s) {sorted(values)}")
+    for name, value in fill.items():
+        s = re.sub(r"\$\{" + name + r"\}|\$" + name + r"\b", lambda _: value, s)
     left = re.findall(r"\$\{?[A-Za-z_]\w*\}?", s)
     if left:
         raise ValueError(f"unknown Grafana variable(s) {left} in: {expr}")
@@ -55,19 +69,32 @@ def substitute(expr, rate_interval="15s", worker_regex=".*"):
 
 
 def documented_metrics(path=METRICS_DOC):
-    """Metric base names from the contract table of docs/metrics.md: {name: type}."""
+    """Metric base names from the contract tables of docs/metrics.md: {name: type}."""
     names = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
-            m = re.match(r"\|\s*`(dfa_[a-z0-9_]+)`\s*\|\s*(\w+)\s*\|", line)
+            m = re.match(r"\|\s*`((?:dfa|process)_[a-z0-9_]+)`\s*\|\s*(\w+)\s*\|", line)
             if m:
                 names[m.group(1)] = m.group(2)
     return names
 
 
 def referenced_metrics(expr):
-    """dfa_* series names an expression reads (with _bucket/_sum/_count suffixes kept)."""
-    return set(re.findall(r"\bdfa_[a-z0-9_]+", expr))
+    """dfa_* and process_* series names an expression reads (histogram suffixes kept)."""
+    return {m.group(1) for m in SERIES.finditer(expr)} - {"up"}
+
+
+def selectors(expr):
+    """(series name, label matchers text) for every series selector of an expression, `up`
+    included; the text is "" for a bare name."""
+    out = []
+    for m in SERIES.finditer(expr):
+        rest = expr[m.end():]
+        inner = ""
+        if rest.startswith("{"):
+            inner = rest[1:rest.index("}")]
+        out.append((m.group(1), inner))
+    return out
 
 
 def base_name(series, documented):

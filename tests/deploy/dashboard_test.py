@@ -2,12 +2,16 @@
 """Offline checks of the Grafana dashboard (deploy/grafana/dashboard.json).
 
 Every panel has queries; every query reads only metrics documented in docs/metrics.md with
-suffixes that fit their type; every query parses as PromQL (promtool check rules on a generated
-rule file); panel ids are unique; the data source and worker variables are defined. The same
-queries run against a real Prometheus in cluster_test.py.
+suffixes that fit their type; every series selector of every query is scoped by the cluster,
+namespace and job variables (a Prometheus holding several deployments shows one at a time);
+the error ratio is shown; every query parses as PromQL (promtool check rules on a generated
+rule file); panel ids are unique; the variables are defined and chained. The same queries run
+against a real Prometheus in cluster_test.py, with the variables at "All", at the local
+cluster's values and at values that match nothing.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +52,49 @@ class DashboardTest(unittest.TestCase):
         worker = names["worker"]
         self.assertIn("dfa_worker_", worker["definition"])
         self.assertTrue(worker["includeAll"])
+        # cluster -> namespace -> job -> worker: each lists the values within the ones before.
+        order = [v["name"] for v in self.dash["templating"]["list"]]
+        self.assertEqual(order, ["datasource", "cluster", "namespace", "job", "worker"])
+        for i, name in enumerate(dq.QUERY_VARIABLES):
+            var = names[name]
+            with self.subTest(variable=name):
+                self.assertEqual(var["type"], "query")
+                self.assertEqual(var["datasource"]["uid"], "${datasource}")
+                self.assertEqual(var["definition"], var["query"]["query"])
+                self.assertRegex(var["definition"], r"^label_values\((dfa|process)_\w+.*, " + name + r"\)$")
+                # "All" is a regex that also matches an absent label (one Prometheus, no cluster).
+                self.assertTrue(var["includeAll"] and var["multi"])
+                self.assertEqual(var["allValue"], ".*")
+                for before in dq.QUERY_VARIABLES[:i]:
+                    self.assertIn(f'{before}=~"${before}"', var["definition"])
+
+    def test_every_selector_is_scoped(self):
+        # 28 of 29 queries once summed every cluster of a Prometheus; now none may.
+        count = 0
+        for title, ref, expr in dq.queries(self.dash):
+            sels = dq.selectors(expr)
+            self.assertTrue(sels, f"panel '{title}' {ref} reads no series: {expr}")
+            for series, matchers in sels:
+                count += 1
+                for var in dq.SCOPE_VARIABLES:
+                    self.assertIn(f'{var}=~"${var}"', matchers,
+                                  f"panel '{title}' {ref}: {series} not filtered by ${var}")
+                if series.startswith("dfa_worker_") or series.startswith("dfa_transport_"):
+                    self.assertIn('worker=~"$worker"', matchers,
+                                  f"panel '{title}' {ref}: {series} ignores $worker")
+        self.assertGreater(count, 40)
+
+    def test_error_ratio_panels(self):
+        ratios = [(t, ref, e) for t, ref, e in dq.queries(self.dash) if "Error ratio" in t]
+        self.assertGreaterEqual(len(ratios), 3, "no error-ratio panels")
+        for component in ("coordinator", "worker"):
+            name = f"dfa_{component}_requests_total"
+            self.assertTrue(any(f'{name}{{' in e and 'code!="OK"' in e and
+                                re.search(r"\)\s*/\s*\(?\s*sum", e) for _, _, e in ratios),
+                            f"no error ratio over {name}")
+        units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in dq.panels(self.dash)}
+        self.assertEqual(units["Error ratio"], "percentunit")
+        self.assertEqual(units["Error ratio by RPC"], "percentunit")
 
     def test_queries_use_documented_metrics(self):
         used = set()
@@ -65,7 +112,10 @@ class DashboardTest(unittest.TestCase):
                        "dfa_coordinator_job_latency_seconds", "dfa_transport_sent_bytes_total",
                        "dfa_transport_received_bytes_total", "dfa_worker_sessions",
                        "dfa_worker_memory_used_bytes", "dfa_grpc_errors_total",
-                       "dfa_coordinator_live_workers", "dfa_coordinator_queue_depth"):
+                       "dfa_coordinator_live_workers", "dfa_coordinator_queue_depth",
+                       "dfa_coordinator_requests_total", "dfa_worker_requests_total",
+                       "dfa_build_info", "process_cpu_seconds_total",
+                       "process_resident_memory_bytes", "process_open_fds"):
             self.assertIn(needed, used, f"no panel shows {needed}")
 
     def test_counters_only_through_rate(self):
@@ -91,8 +141,18 @@ class DashboardTest(unittest.TestCase):
     def test_substitute_rejects_unknown_variables(self):
         self.assertEqual(dq.substitute('rate(x{w=~"$worker"}[$__rate_interval])', "9s", "a|b"),
                          'rate(x{w=~"a|b"}[9s])')
+        self.assertEqual(dq.substitute('x{c=~"$cluster",n=~"${namespace}",j=~"$job"}',
+                                       cluster="local", job="dfa-worker"),
+                         'x{c=~"local",n=~".*",j=~"dfa-worker"}')
         with self.assertRaises(ValueError):
             dq.substitute("rate(x[$nope])")
+        with self.assertRaises(ValueError):
+            dq.substitute("x", pod="p")
+
+    def test_selectors_see_every_series(self):
+        self.assertEqual(dq.selectors('sum(rate(dfa_a_total{x="1"}[5m])) / sum(up) + '
+                                      'process_open_fds'),
+                         [("dfa_a_total", 'x="1"'), ("up", ""), ("process_open_fds", "")])
 
 
 if __name__ == "__main__":

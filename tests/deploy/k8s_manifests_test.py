@@ -2,11 +2,16 @@
 """Renders deploy/k8s/overlays/{cpu,gpu} with `kubectl kustomize` and validates them offline.
 
 Built-in kinds are validated strictly (unknown fields rejected) against the Kubernetes JSON
-schemas that the kubernetes-validate package ships, for the oldest Kubernetes we support (1.27:
-native gRPC probes are GA there) and the newest the package knows. The PodMonitor (a CRD, no
-schema shipped) gets a structural check here. Then the wiring: selectors match pod labels,
-probes hit declared ports, $(VAR) references resolve, the dashboard ConfigMap is byte-identical
-to deploy/grafana/dashboard.json, GPU limits only in the gpu overlay.
+schemas that the kubernetes-validate package ships, for the oldest Kubernetes we support (1.27)
+and the newest the package knows. The PodMonitor (a CRD, no schema shipped) gets a structural
+check here. Then the wiring: selectors match pod labels, probes are HTTP /healthz and /readyz on
+the metrics port, $(VAR) references resolve, every flag exists in its daemon's main.cc, every
+ConfigMap key feeds a flag, threads and memory come from the container's resources (Downward
+API), disruption budgets cover the workloads, the network policies let exactly the intended
+peers in (evaluated here with Kubernetes' semantics), pods meet the "restricted" security
+profile, the gpu overlay runs in secure mode with TLS files and tokens from Secrets, its workers
+are kept on one NVLink island, images name a registry and a tag, the dashboard ConfigMap is
+byte-identical to deploy/grafana/dashboard.json, GPU limits only in the gpu overlay.
 """
 
 import os
@@ -17,6 +22,9 @@ import sys
 import unittest
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k8s_model as km  # noqa: E402
 
 try:
     import kubernetes_validate
@@ -50,6 +58,41 @@ def newest_k8s():
 def by_kind(docs, kind, name=None):
     out = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     return out
+
+
+def workloads(docs):
+    return by_kind(docs, "Deployment") + by_kind(docs, "StatefulSet")
+
+
+def daemon_flags():
+    """{binary: flags its main.cc defines}, from the ABSL_FLAG definitions."""
+    out = {}
+    for binary, source in (("dfa-coordinator", "coordinator/main.cc"),
+                           ("dfa-worker", "worker/main.cc")):
+        with open(os.path.join(REPO, source), encoding="utf-8") as f:
+            out[binary] = set(re.findall(r"ABSL_FLAG\(\s*[\w:]+\s*,\s*(\w+)", f.read()))
+    return out
+
+
+def flag_values(container):
+    """{flag name: value} of a container's --flag=value arguments."""
+    out = {}
+    for arg in container.get("args", []):
+        m = re.fullmatch(r"--(\w+)=(.*)", arg)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def env_source(container, name):
+    """The env entry `name` of a container (None when it has none)."""
+    return next((e for e in container.get("env", []) if e["name"] == name), None)
+
+
+def var_of(value):
+    """"FOO" for a flag value that is exactly "$(FOO)", else None."""
+    m = re.fullmatch(r"\$\((\w+)\)", value)
+    return m.group(1) if m else None
 
 
 class ManifestsTest(unittest.TestCase):
@@ -95,6 +138,10 @@ class ManifestsTest(unittest.TestCase):
                          ("PodMonitor", "dfa"), ("ConfigMap", "dfa-grafana-dashboard"),
                          ("Namespace", "dfa")):
                 self.assertIn(want, kinds, overlay)
+            for want in (("PodDisruptionBudget", "dfa-coordinator"),
+                         ("PodDisruptionBudget", "dfa-worker"),
+                         ("NetworkPolicy", "dfa-coordinator"), ("NetworkPolicy", "dfa-worker")):
+                self.assertIn(want, kinds, overlay)
             for d in docs:
                 if d["kind"] != "Namespace":
                     self.assertEqual(d["metadata"].get("namespace"), "dfa", d["metadata"]["name"])
@@ -106,6 +153,11 @@ class ManifestsTest(unittest.TestCase):
             headless = by_kind(docs, "Service", sts["spec"]["serviceName"])
             self.assertEqual(len(headless), 1, f"{overlay}: StatefulSet serviceName has no Service")
             self.assertEqual(headless[0]["spec"].get("clusterIP"), "None", "worker Service not headless")
+            # Workers register through the coordinator's Service before either side is ready
+            # (a coordinator is ready once a worker holds a lease): both publish not-ready pods.
+            for svc in (headless[0], by_kind(docs, "Service", "dfa-coordinator")[0]):
+                self.assertIs(svc["spec"].get("publishNotReadyAddresses"), True,
+                              f"{overlay}: Service {svc['metadata']['name']}")
             for svc, wl in ((headless[0], sts), (by_kind(docs, "Service", "dfa-coordinator")[0], dep)):
                 labels = wl["spec"]["template"]["metadata"]["labels"]
                 for k, v in svc["spec"]["selector"].items():
@@ -118,22 +170,34 @@ class ManifestsTest(unittest.TestCase):
                 for k, v in wl["spec"]["selector"]["matchLabels"].items():
                     self.assertEqual(labels.get(k), v)
 
-    def test_containers_have_grpc_probes_resources_and_resolved_vars(self):
+    def test_containers_have_http_probes_resources_and_resolved_vars(self):
         for overlay, docs in self.rendered.items():
             configmaps = {d["metadata"]["name"]: d for d in by_kind(docs, "ConfigMap")}
             for wl in by_kind(docs, "StatefulSet") + by_kind(docs, "Deployment"):
                 for c in wl["spec"]["template"]["spec"]["containers"]:
                     where = f"{overlay} {wl['metadata']['name']}/{c['name']}"
                     ports = {p["containerPort"] for p in c["ports"]}
-                    grpc_port = [p["containerPort"] for p in c["ports"] if p["name"] == "grpc"][0]
-                    for probe in ("livenessProbe", "readinessProbe"):
-                        self.assertIn("grpc", c.get(probe, {}), f"{where}: {probe} not a gRPC probe")
-                        self.assertEqual(c[probe]["grpc"]["port"], grpc_port, where)
-                        self.assertIn(c[probe]["grpc"]["port"], ports)
+                    metrics = [p for p in c["ports"] if p["name"] == "metrics"][0]
+                    # The daemons serve /healthz and /readyz on their metrics port (plain HTTP
+                    # also in secure mode, where a kubelet could not pass the gRPC port's mTLS).
+                    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                        self.assertEqual(set(c.get(probe, {})) & {"grpc", "tcpSocket", "exec"}, set(),
+                                         f"{where}: {probe} is not an HTTP probe")
+                        get = c[probe]["httpGet"]
+                        self.assertEqual(get["path"], path, f"{where}: {probe}")
+                        self.assertIn(get["port"], (metrics["name"], metrics["containerPort"]),
+                                      f"{where}: {probe} not on the metrics port")
+                        self.assertNotEqual(get.get("scheme", "HTTP"), "HTTPS", where)
+                    # Liveness gives a restart more time than readiness gives an endpoint.
+                    self.assertGreater(c["livenessProbe"]["periodSeconds"] *
+                                       c["livenessProbe"]["failureThreshold"],
+                                       c["readinessProbe"]["periodSeconds"] *
+                                       c["readinessProbe"]["failureThreshold"], where)
                     for k in ("requests", "limits"):
                         self.assertIn("cpu", c["resources"][k], where)
                         self.assertIn("memory", c["resources"][k], where)
                     env = {e["name"] for e in c.get("env", [])}
+                    self.assertIn(f"--metrics_port=$(METRICS_PORT)", c["args"], where)
                     flags = {}
                     for ref in c.get("envFrom", []):
                         name = ref["configMapRef"]["name"]
@@ -214,6 +278,236 @@ class ManifestsTest(unittest.TestCase):
             cm = by_kind(docs, "ConfigMap", "dfa-grafana-dashboard")[0]
             self.assertEqual(cm["metadata"]["labels"].get("grafana_dashboard"), "1")
             self.assertEqual(list(cm["data"].values()), [source], f"{overlay}: dashboard differs")
+
+
+class HardeningTest(unittest.TestCase):
+    """What issue-level operability asks of the manifests beyond schema validity."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rendered = {}
+        if shutil.which("kubectl"):
+            cls.rendered = {o: render(o) for o in OVERLAYS}
+        cls.flags = daemon_flags()
+
+    def test_rendered(self):
+        self.assertEqual(set(self.rendered), set(OVERLAYS), "kubectl missing: run ./dfa.sh setup")
+
+    def test_every_flag_exists_in_its_daemon(self):
+        for overlay, docs in self.rendered.items():
+            for wl in workloads(docs):
+                for c in wl["spec"]["template"]["spec"]["containers"]:
+                    binary = os.path.basename(c["command"][0])
+                    self.assertIn(binary, self.flags, f"{overlay}: unknown program {binary}")
+                    for arg in c["args"]:
+                        m = re.fullmatch(r"--(\w+)=.*", arg)
+                        self.assertIsNotNone(m, f"{overlay} {binary}: {arg!r} is not --flag=value")
+                        self.assertIn(m.group(1), self.flags[binary],
+                                      f"{overlay}: {binary} has no flag --{m.group(1)}")
+                    names = [re.match(r"--(\w+)", a).group(1) for a in c["args"]]
+                    self.assertEqual(len(names), len(set(names)), f"{overlay} {binary}: repeated flag")
+
+    def test_every_configmap_key_feeds_a_flag(self):
+        for overlay, docs in self.rendered.items():
+            (flags,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].startswith("dfa-flags")]
+            self.assertNotIn("HEARTBEAT_INTERVAL_MS", flags["data"])
+            used = set()
+            for wl in workloads(docs):
+                for c in wl["spec"]["template"]["spec"]["containers"]:
+                    args = " ".join(c["args"])
+                    refs = set(re.findall(r"\$\((\w+)\)", args))
+                    if any(r["configMapRef"]["name"] == flags["metadata"]["name"]
+                           for r in c.get("envFrom", [])):
+                        used |= refs & set(flags["data"])
+                    for e in c.get("env", []):
+                        ref = e.get("valueFrom", {}).get("configMapKeyRef")
+                        if ref and ref["name"] == flags["metadata"]["name"] and e["name"] in refs:
+                            used.add(ref["key"])
+            self.assertEqual(set(flags["data"]) - used, set(),
+                             f"{overlay}: ConfigMap keys that feed no flag")
+            # The lease the coordinator gives workers (they heartbeat at a third of it).
+            coord = by_kind(docs, "Deployment", "dfa-coordinator")[0]
+            self.assertEqual(flag_values(coord["spec"]["template"]["spec"]["containers"][0])["lease_ms"],
+                             "$(LEASE_MS)")
+
+    def test_threads_and_memory_from_the_container(self):
+        for overlay, docs in self.rendered.items():
+            sts = by_kind(docs, "StatefulSet", "dfa-worker")[0]
+            (c,) = sts["spec"]["template"]["spec"]["containers"]
+            f = flag_values(c)
+            threads = env_source(c, var_of(f["threads"]))
+            self.assertIsNotNone(threads, f"{overlay}: --threads is not $(VAR) of an env var")
+            ref = threads["valueFrom"]["resourceFieldRef"]
+            self.assertEqual((ref["resource"], ref.get("containerName"), str(ref.get("divisor", "1"))),
+                             ("limits.cpu", c["name"], "1"), overlay)
+            memory = env_source(c, var_of(f["memory_limit_bytes"]))
+            self.assertIsNotNone(memory, f"{overlay}: --memory_limit_bytes is not $(VAR)")
+            res = c["resources"]
+            shm = [v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "shm"][0]
+            self.assertEqual(shm["emptyDir"].get("medium"), "Memory")
+            if overlay == "gpu":
+                # A GPU worker's limit is its device memory pool, from the ConfigMap.
+                self.assertEqual(memory["valueFrom"]["configMapKeyRef"]["key"],
+                                 "WORKER_DEVICE_MEMORY_BYTES")
+                continue
+            ref = memory["valueFrom"]["resourceFieldRef"]
+            self.assertEqual((ref["resource"], ref.get("containerName"), str(ref.get("divisor", "1"))),
+                             ("requests.memory", c["name"], "1"), overlay)
+            # Sessions (the request) + /dev/shm (memory-backed, charged to the pod) + 1 GiB for
+            # the process fit the limit: the kernel never has to kill a worker that kept its budget.
+            need = (km.quantity(res["requests"]["memory"]) + km.quantity(shm["emptyDir"]["sizeLimit"])
+                    + 2 ** 30)
+            self.assertLessEqual(need, km.quantity(res["limits"]["memory"]),
+                                 f"{overlay}: sessions + /dev/shm + 1 GiB exceed the memory limit")
+            self.assertGreaterEqual(km.quantity(res["limits"]["cpu"]), 1)
+
+    def test_disruption_budgets_cover_the_workloads(self):
+        for overlay, docs in self.rendered.items():
+            pdbs = by_kind(docs, "PodDisruptionBudget")
+            for wl in workloads(docs):
+                labels = wl["spec"]["template"]["metadata"]["labels"]
+                mine = [p for p in pdbs if km.selects(p["spec"]["selector"], labels)]
+                self.assertEqual(len(mine), 1, f"{overlay}: {wl['metadata']['name']} has {len(mine)} PDBs")
+                spec = mine[0]["spec"]
+                if wl["kind"] == "StatefulSet":
+                    self.assertEqual(spec.get("maxUnavailable"), 1, f"{overlay}: one worker at a time")
+                else:
+                    # The only coordinator is not evicted while it serves; a broken one may be.
+                    self.assertEqual(spec.get("minAvailable"), 1)
+                    self.assertEqual(spec.get("unhealthyPodEvictionPolicy"), "AlwaysAllow")
+
+    def test_network_policies_admit_exactly_the_intended_peers(self):
+        for overlay, docs in self.rendered.items():
+            policies = by_kind(docs, "NetworkPolicy")
+            coord = km.Pod.of(by_kind(docs, "Deployment", "dfa-coordinator")[0])
+            worker = km.Pod.of(by_kind(docs, "StatefulSet", "dfa-worker")[0])
+            port = lambda pod, name: [p["containerPort"] for p in pod.ports if p["name"] == name][0]
+            client = km.Pod("apps", {"dfa-client": "true"})
+            stranger = km.Pod("dfa", {"app": "debug"})
+            outsider = km.Pod("apps", {"app": "web"})
+            prometheus = km.Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
+            for pod in (coord, worker):
+                self.assertTrue(km.isolated(policies, pod), f"{overlay}: {pod.labels} not isolated")
+            allowed = [
+                (client, coord, port(coord, "grpc")), (client, worker, port(worker, "grpc")),
+                (worker, coord, port(coord, "grpc")), (coord, worker, port(worker, "grpc")),
+                (worker, worker, port(worker, "grpc")), (worker, worker, 41000),  # UCX, NCCL
+                (prometheus, coord, port(coord, "metrics")),
+                (prometheus, worker, port(worker, "metrics")),
+            ]
+            denied = [
+                (stranger, coord, port(coord, "grpc")), (stranger, worker, port(worker, "grpc")),
+                (outsider, coord, port(coord, "grpc")), (outsider, worker, port(worker, "metrics")),
+                (client, worker, 41000), (client, coord, port(coord, "metrics")),
+                (prometheus, coord, port(coord, "grpc")), (prometheus, worker, port(worker, "grpc")),
+                (coord, worker, 41000),
+            ]
+            for src, dst, p in allowed:
+                self.assertTrue(km.ingress_allowed(policies, src, dst, p),
+                                f"{overlay}: {src.labels}@{src.namespace} -> {dst.labels}:{p} refused")
+            for src, dst, p in denied:
+                self.assertFalse(km.ingress_allowed(policies, src, dst, p),
+                                 f"{overlay}: {src.labels}@{src.namespace} -> {dst.labels}:{p} admitted")
+
+    def test_pods_meet_the_restricted_profile(self):
+        for overlay, docs in self.rendered.items():
+            (ns,) = by_kind(docs, "Namespace")
+            self.assertEqual(ns["metadata"]["labels"].get("pod-security.kubernetes.io/enforce"),
+                             "restricted", overlay)
+            for wl in workloads(docs):
+                spec = wl["spec"]["template"]["spec"]
+                where = f"{overlay} {wl['metadata']['name']}"
+                ctx = spec["securityContext"]
+                self.assertEqual(ctx.get("seccompProfile"), {"type": "RuntimeDefault"}, where)
+                self.assertIs(ctx.get("runAsNonRoot"), True, where)
+                self.assertNotEqual(ctx.get("runAsUser"), 0, where)
+                self.assertIs(spec.get("automountServiceAccountToken"), False, where)
+                for key in ("hostNetwork", "hostPID", "hostIPC"):
+                    self.assertFalse(spec.get(key, False), where)
+                for v in spec.get("volumes", []):
+                    self.assertNotIn("hostPath", v, where)
+                for c in spec["containers"]:
+                    sc = c["securityContext"]
+                    self.assertIs(sc.get("allowPrivilegeEscalation"), False, where)
+                    self.assertIs(sc.get("readOnlyRootFilesystem"), True, where)
+                    self.assertEqual(sc.get("capabilities"), {"drop": ["ALL"]}, where)
+                    self.assertFalse(sc.get("privileged", False), where)
+
+    def test_secure_mode_reads_tls_and_tokens_from_secrets(self):
+        for overlay, docs in self.rendered.items():
+            secure = 0
+            for wl in workloads(docs):
+                spec = wl["spec"]["template"]["spec"]
+                (c,) = spec["containers"]
+                where = f"{overlay} {wl['metadata']['name']}"
+                f = flag_values(c)
+                tls = {k: f[k] for k in ("tls_cert", "tls_key", "tls_ca") if k in f}
+                if overlay == "gpu":
+                    self.assertEqual(len(tls), 3, f"{where}: not in secure mode")
+                    self.assertIn("worker_token_file", f, where)
+                if not tls:
+                    continue
+                self.assertEqual(len(tls), 3, f"{where}: --tls_cert/--tls_key/--tls_ca go together")
+                secure += 1
+                secrets = {v["name"]: v["secret"] for v in spec["volumes"] if "secret" in v}
+                mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+
+                def secret_file(path, secret_name):
+                    mount = [m for m in mounts.values() if path.startswith(m["mountPath"] + "/")]
+                    self.assertEqual(len(mount), 1, f"{where}: {path} is on no mount")
+                    self.assertIs(mount[0].get("readOnly"), True, f"{where}: {path} writable")
+                    volume = secrets.get(mount[0]["name"])
+                    self.assertIsNotNone(volume, f"{where}: {path} is not from a Secret")
+                    self.assertEqual(volume["secretName"], secret_name, where)
+                    key = path[len(mount[0]["mountPath"]) + 1:]
+                    items = [i["path"] for i in volume.get("items", [])]
+                    self.assertTrue(not items or key in items, f"{where}: {key} not projected")
+                    # Readable by the daemon's group (fsGroup), by nobody else.
+                    self.assertEqual(volume.get("defaultMode", 0o644) & 0o007, 0, where)
+                    self.assertEqual(spec["securityContext"].get("fsGroup"),
+                                     spec["securityContext"]["runAsGroup"], where)
+                    return key
+
+                self.assertEqual({k: secret_file(v, "dfa-tls") for k, v in tls.items()},
+                                 {"tls_cert": "tls.crt", "tls_key": "tls.key", "tls_ca": "ca.crt"})
+                self.assertEqual(secret_file(f["worker_token_file"], "dfa-tokens"), "worker-token")
+                if wl["kind"] == "Deployment":
+                    # The coordinator's client token comes from the Secret, not the manifest.
+                    token = env_source(c, var_of(f.get("auth_token", "")))
+                    self.assertIsNotNone(token, f"{where}: --auth_token is not $(VAR)")
+                    self.assertEqual(token["valueFrom"]["secretKeyRef"],
+                                     {"name": "dfa-tokens", "key": "auth-token"}, where)
+                for arg in c["args"]:
+                    self.assertNotRegex(arg, r"--(auth|worker)_token=(?!\$\()", f"{where}: literal token")
+            if overlay == "gpu":
+                self.assertEqual(secure, 2, "gpu: coordinator and workers in secure mode")
+
+    def test_gpu_workers_stay_on_one_nvlink_island(self):
+        for overlay, docs in self.rendered.items():
+            sts = by_kind(docs, "StatefulSet", "dfa-worker")[0]
+            affinity = sts["spec"]["template"]["spec"].get("affinity", {})
+            if overlay != "gpu":
+                self.assertNotIn("podAffinity", affinity, overlay)
+                continue
+            terms = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            labels = sts["spec"]["template"]["metadata"]["labels"]
+            together = [t for t in terms if km.selects(t["labelSelector"], labels)
+                        and t["topologyKey"] in ("kubernetes.io/hostname", "nvidia.com/gpu.clique")]
+            self.assertEqual(len(together), 1, f"gpu: no required affinity of the workers: {terms}")
+            # One HGX node holds 8 GPUs: the island fits the replicas.
+            self.assertLessEqual(sts["spec"]["replicas"], 8)
+
+    def test_images_name_a_registry_and_a_version(self):
+        for overlay, docs in self.rendered.items():
+            for wl in workloads(docs):
+                for c in wl["spec"]["template"]["spec"]["containers"]:
+                    image = c["image"]
+                    m = re.fullmatch(r"([a-z0-9.-]+(?::\d+)?)/([a-z0-9._/-]+)(?::([\w.-]+)|@sha256:[0-9a-f]{64})",
+                                     image)
+                    self.assertIsNotNone(m, f"{overlay}: image {image!r} names no registry/tag")
+                    self.assertRegex(m.group(1), r"[.:]|^localhost$", f"{overlay}: {image}: no registry")
+                    self.assertTrue(m.group(3) is None or m.group(3).endswith(
+                        "-cuda" if overlay == "gpu" else "-cpu"), f"{overlay}: {image}")
 
 
 if __name__ == "__main__":

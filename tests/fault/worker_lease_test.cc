@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "client/local_cluster.h"
+#include "core/session_capability.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
 #include "dfa/v1/worker.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -23,9 +24,11 @@ namespace {
 
 constexpr int kLeaseMs = 600;
 
-std::unique_ptr<grpc::ClientContext> Ctx() {
+// `capability`: the session's, for calls about it (core/session_capability.h).
+std::unique_ptr<grpc::ClientContext> Ctx(const std::string& capability = "") {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  AttachCapability(ctx.get(), capability);
   return ctx;
 }
 
@@ -83,7 +86,7 @@ class WorkerLeaseTest : public ::testing::Test {
       gen.set_client_id("fault-test");
       gen.set_seed(7);
       v1::GenerateInputsResponse gen_resp;
-      s = worker->GenerateInputs(Ctx().get(), gen, &gen_resp);
+      s = worker->GenerateInputs(Ctx(session.session_capability()).get(), gen, &gen_resp);
       EXPECT_TRUE(s.ok()) << shard.worker_id() << ": " << s.error_message();
     }
     v1::SubmitJobRequest submit;
@@ -91,12 +94,12 @@ class WorkerLeaseTest : public ::testing::Test {
     submit.set_client_id("fault-test");
     submit.set_kind(v1::JOB_FORWARD);
     v1::Job job;
-    s = coordinator_->SubmitJob(Ctx().get(), submit, &job);
+    s = coordinator_->SubmitJob(Ctx(session.session_capability()).get(), submit, &job);
     EXPECT_TRUE(s.ok()) << s.error_message();
     v1::GetJobRequest watch;
     watch.set_job_id(job.job_id());
     watch.set_client_id("fault-test");
-    auto ctx = Ctx();
+    auto ctx = Ctx(session.session_capability());
     auto reader = coordinator_->WatchJob(ctx.get(), watch);
     while (reader->Read(&job)) {
     }
@@ -139,7 +142,7 @@ TEST_F(WorkerLeaseTest, StoppedWorkerIsDroppedAfterItsLeaseAndRejoinsWhenItResum
   submit.set_client_id("fault-test");
   submit.set_kind(v1::JOB_FORWARD);
   v1::Job job;
-  grpc::Status s = coordinator_->SubmitJob(Ctx().get(), submit, &job);
+  grpc::Status s = coordinator_->SubmitJob(Ctx(session.session_capability()).get(), submit, &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_TRUE(absl::StrContains(s.error_message(), lost_id)) << s.error_message();
 

@@ -117,7 +117,8 @@ TEST_F(BadInputTest, UnknownAndForeignSessions) {
   {
     const auto& shard = session->info().shards(0);
     client::WorkerDataClient data(client_->WorkerChannel(shard.address()), shard.address(),
-                                  "no-such-session", client_->client_id(), absl::Seconds(10));
+                                  "no-such-session", client_->client_id(),
+                                  session->capability(), absl::Seconds(10));
     auto q = *client::MakeTensor(session->spec(), v1::TENSOR_Q);
     std::vector<v1::RowRange> owned(shard.owned().begin(), shard.owned().end());
     auto s = data.UploadGrpc(v1::TENSOR_Q, q, owned, 1 << 20, nullptr).status();
@@ -145,7 +146,8 @@ TEST_F(BadInputTest, UnknownAndForeignSessions) {
   {
     const auto& shard = session->info().shards(0);
     client::WorkerDataClient data((*other)->WorkerChannel(shard.address()), shard.address(),
-                                  session->id(), "someone-else", absl::Seconds(10));
+                                  session->id(), "someone-else", /*capability=*/"",
+                                  absl::Seconds(10));
     auto q = *client::MakeTensor(session->spec(), v1::TENSOR_Q);
     std::vector<v1::RowRange> owned(shard.owned().begin(), shard.owned().end());
     auto s = data.UploadGrpc(v1::TENSOR_Q, q, owned, 1 << 20, nullptr).status();

@@ -429,11 +429,20 @@ TEST_F(WorkerServiceTest, SharedMemoryRoundTripAndBadNames) {
   Start(1);
   const v1::Plan plan = ProtoPlan(1, 64, true, "ring");
   OpenAll("s", Spec(64), plan);
-  const std::string name = "/dfa-worker-test-" + std::to_string(getpid());
   const size_t bytes = 2 * 10 * 4 * 16 * 4;  // batch 2, rows [5, 15), 4 heads, D 16, f32
-  int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, bytes), 0);
+  // The worker makes the segment; the client maps it through the path it is given.
+  v1::CreateSharedMemoryRequest create;
+  create.set_session_id("s");
+  create.set_client_id("client-a");
+  create.set_bytes(bytes);
+  v1::CreateSharedMemoryResponse segment;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stubs_[0]->CreateSharedMemory(&ctx, create, &segment).ok());
+  }
+  const std::string name = segment.shm_name();
+  int fd = open(segment.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << segment.path();
   auto* p = static_cast<float*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   for (size_t i = 0; i < bytes / 4; ++i) p[i] = static_cast<float>(i) * 0.5f;
   auto transfer = [&](bool upload, const std::string& shm, int64_t r0, int64_t r1) {
@@ -455,14 +464,21 @@ TEST_F(WorkerServiceTest, SharedMemoryRoundTripAndBadNames) {
   ASSERT_TRUE(transfer(false, name, 5, 15).ok());
   EXPECT_EQ(std::vector<float>(p, p + bytes / 4), sent);
   EXPECT_RPC_ERROR(transfer(true, name, 50, 70), StatusCode::OUT_OF_RANGE, "rows");
-  EXPECT_RPC_ERROR(transfer(true, name, 0, 30), StatusCode::INVALID_ARGUMENT, "shm_name");
+  EXPECT_RPC_ERROR(transfer(true, name, 0, 30), StatusCode::OUT_OF_RANGE, "shm_name");
+  // Names the worker did not make are never opened, whatever they name.
   EXPECT_RPC_ERROR(transfer(true, "/no-such-segment-dfa", 5, 15), StatusCode::NOT_FOUND,
                    "shm_name");
-  EXPECT_RPC_ERROR(transfer(true, "../etc/passwd", 5, 15), StatusCode::INVALID_ARGUMENT,
-                   "shm_name");
+  EXPECT_RPC_ERROR(transfer(true, "../etc/passwd", 5, 15), StatusCode::NOT_FOUND, "shm_name");
+  EXPECT_RPC_ERROR(transfer(true, "", 5, 15), StatusCode::INVALID_ARGUMENT, "shm_name");
+  // Another client's segment requests are refused like its other calls.
+  create.set_client_id("client-b");
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stubs_[0]->CreateSharedMemory(&ctx, create, &segment).error_code(),
+              StatusCode::PERMISSION_DENIED);
+  }
   munmap(p, bytes);
   close(fd);
-  shm_unlink(name.c_str());
 }
 
 TEST(SyntheticInputsTest, SameSeedSameGlobalTensorsWhateverTheSharding) {

@@ -9,6 +9,7 @@
 #include "dfa/v1/worker.pb.h"
 #include "worker/transport/nccl_bootstrap.h"
 #include "worker/transport/nccl_transport.h"
+#include "worker/transport/peer_address.h"
 #include "worker/transport/session_transport.h"
 
 namespace dfa {
@@ -20,11 +21,14 @@ constexpr absl::Duration kInitTimeout = absl::Seconds(120);
 class NcclSessionTransport : public SessionTransport {
  public:
   NcclSessionTransport(std::unique_ptr<NcclBootstrap> b, int size)
-      : bootstrap_(std::move(b)), size_(size) {}
+      : bootstrap_(std::move(b)),
+        size_(size),
+        address_(SealPeerAddress(PeerAddressKind::kNccl, bootstrap_->unique_id())) {}
 
   std::string_view Name() const override { return "nccl"; }
-  // Rank 0's is the group's NCCL unique id: the coordinator hands it to the other ranks.
-  const std::string& address() const override { return bootstrap_->unique_id(); }
+  // The group's NCCL unique id, sealed (peer_address.h): the coordinator hands rank 0's to the
+  // other ranks as OpenSessionRequest.nccl_unique_id.
+  const std::string& address() const override { return address_; }
 
   absl::StatusOr<Transport*> ForJob(const std::string& job_id, const std::vector<std::string>&,
                                     absl::Duration timeout) override {
@@ -59,6 +63,7 @@ class NcclSessionTransport : public SessionTransport {
  private:
   std::unique_ptr<NcclBootstrap> bootstrap_;
   int size_;
+  std::string address_;
 };
 
 }  // namespace
@@ -66,8 +71,28 @@ class NcclSessionTransport : public SessionTransport {
 absl::StatusOr<std::unique_ptr<SessionTransport>> CreateNcclSessionTransport(
     const v1::OpenSessionRequest& request, int cuda_device) {
   const int size = request.plan().workers_size();
+  std::string unique_id;
+  if (!request.nccl_unique_id().empty()) {
+    // Rank 0's sealed id: checked before NCCL sees it (ncclCommInitRank connects to whatever
+    // address the id's bytes hold).
+    const std::vector<std::string> names = PeerNames(request);
+    const std::string root = names.empty() || names[0].empty()
+                                 ? std::string("rank 0")
+                                 : absl::StrCat("rank 0 (", names[0], ")");
+    absl::StatusOr<std::string> id =
+        OpenPeerAddress(PeerAddressKind::kNccl, request.nccl_unique_id());
+    if (id.ok() && id->size() != kNcclUniqueIdBytes) {
+      id = absl::InvalidArgumentError(absl::StrCat("holds ", id->size(), " bytes, not an NCCL ",
+                                                   "unique id (", kNcclUniqueIdBytes, ")"));
+    }
+    if (!id.ok()) {
+      return absl::UnavailableError(absl::StrCat("nccl_unique_id from ", root, " ",
+                                                 id.status().message()));
+    }
+    unique_id = *std::move(id);
+  }
   ASSIGN_OR_RETURN(auto b, NcclBootstrap::Start(cuda_device, request.rank(), size,
-                                                request.nccl_unique_id(), kInitTimeout));
+                                                std::move(unique_id), kInitTimeout));
   return std::unique_ptr<SessionTransport>(new NcclSessionTransport(std::move(b), size));
 }
 

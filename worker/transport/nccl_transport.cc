@@ -12,6 +12,8 @@
 
 namespace dfa {
 
+static_assert(kNcclUniqueIdBytes == NCCL_UNIQUE_ID_BYTES, "nccl.h's unique id size changed");
+
 absl::StatusOr<std::string> NewNcclUniqueId() {
   ncclUniqueId id;
   NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));

@@ -53,6 +53,9 @@ struct ncclComm;
 
 namespace dfa {
 
+// Bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES; nccl_transport.cc checks they agree).
+inline constexpr size_t kNcclUniqueIdBytes = 128;
+
 // A new NCCL unique id (ncclGetUniqueId), as bytes. Starts NCCL's bootstrap root in this process;
 // it must stay alive until every rank called Create().
 absl::StatusOr<std::string> NewNcclUniqueId();

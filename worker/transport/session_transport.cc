@@ -39,6 +39,17 @@ class UcxSessionTransport : public SessionTransport {
 
 }  // namespace
 
+std::vector<std::string> PeerNames(const v1::OpenSessionRequest& request) {
+  std::vector<std::string> names(static_cast<size_t>(request.plan().workers_size()));
+  for (const v1::PeerInfo& p : request.peers()) {
+    if (p.rank() < 0 || p.rank() >= static_cast<int>(names.size())) continue;
+    // Names come from the network: bounded, so an error message stays readable.
+    names[static_cast<size_t>(p.rank())] =
+        absl::StrCat(p.worker_id().substr(0, 128), " at ", p.address().substr(0, 128));
+  }
+  return names;
+}
+
 std::vector<std::string> SupportedTransports(std::string_view backend) {
   if (backend == "cpu") return {"ucx"};
 #ifdef DFA_HAVE_NCCL
@@ -61,7 +72,8 @@ absl::StatusOr<std::unique_ptr<SessionTransport>> CreateSessionTransport(
   }
   const int size = request.plan().workers_size();
   if (name == "ucx") {
-    ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> t, UcxTransport::Create(request.rank(), size));
+    ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> t,
+                     UcxTransport::Create(request.rank(), size, PeerNames(request)));
     return std::unique_ptr<SessionTransport>(new UcxSessionTransport(std::move(t)));
   }
 #ifdef DFA_HAVE_NCCL

@@ -25,8 +25,9 @@ class SessionTransport {
   // Bytes for OpenSessionResponse.transport_address.
   virtual const std::string& address() const = 0;
   // The transport for job `job_id`, connected to `peer_addresses` (RunJobRequest, by rank).
-  // INVALID_ARGUMENT naming peer_transport_addresses on bad addresses; UNAVAILABLE /
-  // DEADLINE_EXCEEDED when the peers cannot be reached within `timeout`.
+  // INVALID_ARGUMENT for a wrong number of addresses; UNAVAILABLE naming
+  // peer_transport_addresses[i] and the peer for a damaged, foreign or unreachable address
+  // (peer_address.h); DEADLINE_EXCEEDED when the peers cannot be reached within `timeout`.
   virtual absl::StatusOr<Transport*> ForJob(const std::string& job_id,
                                             const std::vector<std::string>& peer_addresses,
                                             absl::Duration timeout) = 0;
@@ -40,6 +41,10 @@ class SessionTransport {
   // none of it). < 0 when the transport cannot tell: then the executor's figures are right.
   virtual double TakeDeviceIdleSeconds() { return -1; }
 };
+
+// "worker-1 at host:port" per rank from OpenSessionRequest.peers ("" where a rank is not
+// listed), for errors that name a peer.
+std::vector<std::string> PeerNames(const v1::OpenSessionRequest& request);
 
 // Transports this worker can offer for `backend` ("cpu", "cuda"), best first; what the worker
 // reports in RegisterWorkerRequest.transports.

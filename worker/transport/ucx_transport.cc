@@ -14,11 +14,16 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "worker/transport/fd_usage.h"
+#include "worker/transport/peer_address.h"
 
 namespace dfa {
 namespace {
 
 constexpr int kMaxRanks = 1 << 12;  // 12 bits of the tag
+// Descriptors a UCX worker opens (sockets, eventfds, shared-memory segments; measured 12 with
+// UCX 1.13 on loopback) and a few to spare.
+constexpr int kFdsPerTransport = 16;
 constexpr uint64_t kSeqMask = (uint64_t{1} << 36) - 1;
 constexpr uint64_t kFullMask = ~uint64_t{0};
 
@@ -36,6 +41,14 @@ uint64_t HashJob(const std::string& job_id) {
 absl::Status UcxError(const char* call, ucs_status_t s) {
   return absl::InternalError(absl::StrCat("ucx: ", call, " failed: ", ucs_status_string(s)));
 }
+
+// Zero bytes after a peer's address when it is handed to UCX: ucp_address_unpack takes no
+// length, so even a well-formed but truncated-by-its-maker address reads our zeros, not the heap.
+constexpr size_t kAddressPadding = 256;
+
+// The low 4 bits of a UCX worker address' first byte are its format version
+// (UCP_ADDRESS_HEADER_VERSION_MASK); a peer built against the same UCX packs the same one.
+constexpr uint8_t kUcxAddressVersionMask = 0x0f;
 
 }  // namespace
 
@@ -64,7 +77,16 @@ struct UcxOp {
 
 class UcxTransport::Impl {
  public:
-  Impl(int rank, int size) : rank_(rank), size_(size), sent_(size), received_(size) {}
+  Impl(int rank, int size, std::vector<std::string> peer_names)
+      : rank_(rank), size_(size), sent_(size), received_(size) {
+    peer_names_.resize(size);
+    for (int p = 0; p < size; ++p) {
+      peer_names_[p] = absl::StrCat("rank ", p);
+      if (p < static_cast<int>(peer_names.size()) && !peer_names[p].empty()) {
+        absl::StrAppend(&peer_names_[p], " (", peer_names[p], ")");
+      }
+    }
+  }
   ~Impl() { Shutdown(); }
 
   absl::Status Init();
@@ -101,7 +123,9 @@ class UcxTransport::Impl {
   absl::Status WaitGroup(const std::shared_ptr<UcxGroup>& g, absl::Duration timeout);
 
   int rank_, size_;
-  std::string address_;
+  std::string address_;      // sealed (peer_address.h): what peers are given
+  std::string raw_address_;  // UCX's bytes
+  std::vector<std::string> peer_names_;  // "rank 1 (worker-1 at host:port)", for errors
   std::vector<std::atomic<int64_t>> sent_, received_;
 
  private:
@@ -171,8 +195,13 @@ absl::Status UcxTransport::Impl::Init() {
   size_t len = 0;
   s = ucp_worker_get_address(worker_, &addr, &len);
   if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
-  address_.assign(reinterpret_cast<const char*>(addr), len);
+  raw_address_.assign(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(worker_, addr);
+  if (raw_address_.empty() || raw_address_.size() > kMaxPeerAddressPayload) {
+    return absl::InternalError(absl::StrCat("ucx: this worker's address is ", raw_address_.size(),
+                                            " bytes, outside [1, ", kMaxPeerAddressPayload, "]"));
+  }
+  address_ = SealPeerAddress(PeerAddressKind::kUcx, raw_address_);
 
   int ucx_fd = -1;
   s = ucp_worker_get_efd(worker_, &ucx_fd);
@@ -262,7 +291,7 @@ void UcxTransport::Impl::ErrCb(void* arg, ucp_ep_h ep, ucs_status_t s) {
     for (UcxOp* op : ops) {
       if (op->peer == p && op->request != nullptr) {
         op->forced = absl::UnavailableError(absl::StrCat(
-            "ucx: lost connection to rank ", p, ": ", ucs_status_string(s)));
+            "ucx: lost connection to ", self->peer_names_[p], ": ", ucs_status_string(s)));
         if (!op->is_send) ucp_request_cancel(self->worker_, op->request);
       }
     }
@@ -290,11 +319,25 @@ absl::Status UcxTransport::Impl::BeginJob(const std::string& job_id,
     return absl::InvalidArgumentError(absl::StrCat("peer_transport_addresses has ", addrs.size(),
                                                    " entries, want one per rank (", size_, ")"));
   }
+  // Every peer's address is opened and checked here, before UCX parses any of it. This rank's
+  // own entry is not used: it connects to itself with its own address.
+  std::vector<std::string> raw(size_);
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_ && addrs[p].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("peer_transport_addresses[", p, "] is empty"));
+    if (p == rank_) {
+      raw[p] = raw_address_;
+      continue;
     }
+    absl::StatusOr<std::string> opened = OpenPeerAddress(PeerAddressKind::kUcx, addrs[p]);
+    if (opened.ok() && (static_cast<uint8_t>((*opened)[0]) & kUcxAddressVersionMask) !=
+                           (static_cast<uint8_t>(raw_address_[0]) & kUcxAddressVersionMask)) {
+      opened = absl::InvalidArgumentError(
+          "holds a UCX address of another format version than this worker's UCX packs");
+    }
+    if (!opened.ok()) {
+      return absl::UnavailableError(absl::StrCat("peer_transport_addresses[", p, "] of ",
+                                                 peer_names_[p], " ", opened.status().message()));
+    }
+    raw[p] = *std::move(opened);
   }
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -306,22 +349,24 @@ absl::Status UcxTransport::Impl::BeginJob(const std::string& job_id,
   absl::Status result;
   Run([&] {
     for (int p = 0; p < size_ && result.ok(); ++p) {
-      const std::string& a = (p == rank_ && addrs[p].empty()) ? address_ : addrs[p];
+      const std::string& a = raw[p];
       if (eps_[p] != nullptr && ep_addrs_[p] == a && !peer_lost_[p]) continue;
       CloseEndpoint(p);
+      std::string padded = a;
+      padded.resize(a.size() + kAddressPadding, '\0');
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(a.data());
+      ep.address = reinterpret_cast<const ucp_address_t*>(padded.data());
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &Impl::ErrCb;
       ep.err_handler.arg = this;
       ucs_status_t s = ucp_ep_create(worker_, &ep, &eps_[p]);
       if (s != UCS_OK) {
         eps_[p] = nullptr;
-        result = absl::InvalidArgumentError(absl::StrCat("peer_transport_addresses[", p,
-                                                         "]: cannot connect: ",
-                                                         ucs_status_string(s)));
+        result = absl::UnavailableError(absl::StrCat("peer_transport_addresses[", p, "]: ",
+                                                     "cannot connect to ", peer_names_[p], ": ",
+                                                     ucs_status_string(s)));
         break;
       }
       ep_addrs_[p] = a;
@@ -352,7 +397,8 @@ void UcxTransport::Impl::StartOp(UcxOp* op) {
   }
   if (aborted) return Complete(op, UCS_ERR_CANCELED, 0);
   if (peer_lost_[op->peer] || (op->is_send && eps_[op->peer] == nullptr)) {
-    op->forced = absl::UnavailableError(absl::StrCat("ucx: no connection to rank ", op->peer));
+    op->forced =
+        absl::UnavailableError(absl::StrCat("ucx: no connection to ", peer_names_[op->peer]));
     return Complete(op, UCS_ERR_UNREACHABLE, 0);
   }
   ucp_request_param_t p{};
@@ -395,12 +441,13 @@ void UcxTransport::Impl::Complete(UcxOp* op, ucs_status_t s, size_t length) {
   } else if (s == UCS_ERR_CANCELED) {
     st = absl::CancelledError("ucx: transfer cancelled");
   } else if (s != UCS_OK) {
-    st = absl::UnavailableError(absl::StrCat("ucx: ", op->is_send ? "send to" : "receive from",
-                                             " rank ", op->peer, " failed: ",
+    st = absl::UnavailableError(absl::StrCat("ucx: ", op->is_send ? "send to " : "receive from ",
+                                             peer_names_[op->peer], " failed: ",
                                              ucs_status_string(s)));
   } else if (length != op->bytes) {
-    st = absl::InternalError(absl::StrCat("ucx: message from rank ", op->peer, " has ", length,
-                                          " bytes, expected ", op->bytes));
+    // A peer that sends what the plan does not say is a broken peer, not a bug here.
+    st = absl::UnavailableError(absl::StrCat("ucx: message from ", peer_names_[op->peer],
+                                             " has ", length, " bytes, expected ", op->bytes));
   }
   if (st.ok()) (op->is_send ? sent_ : received_)[op->peer] += static_cast<int64_t>(op->bytes);
   std::shared_ptr<UcxGroup> g = std::move(op->group);
@@ -497,7 +544,8 @@ absl::Status UcxTransport::Impl::WaitGroup(const std::shared_ptr<UcxGroup>& g,
 UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 UcxTransport::~UcxTransport() = default;
 
-absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(int rank, int size) {
+absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
+    int rank, int size, std::vector<std::string> peer_names) {
   if (size < 1 || size > kMaxRanks) {
     return absl::InvalidArgumentError(
         absl::StrCat("size = ", size, " must be in [1, ", kMaxRanks, "]"));
@@ -505,8 +553,16 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(int rank, int
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("rank = ", rank, " must be in [0, ", size, ")"));
   }
-  auto impl = std::make_unique<Impl>(rank, size);
-  RETURN_IF_ERROR(impl->Init());
+  auto impl = std::make_unique<Impl>(rank, size, std::move(peer_names));
+  if (absl::Status st = impl->Init(); !st.ok()) {
+    // UCX opens a dozen descriptors per worker: out of them, this is a full worker, not a bug.
+    if (FdsNearLimit(kFdsPerTransport)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ucx: cannot start a transport: the worker is out of file descriptors (",
+          CountOpenFds(), " open, RLIMIT_NOFILE ", FdLimit(), "): ", st.message()));
+    }
+    return st;
+  }
   return std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
 }
 

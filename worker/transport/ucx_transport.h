@@ -3,8 +3,8 @@
 // self for a rank talking to itself. Use with the cpu backend (buffers are host memory).
 //
 // Life cycle (one object per session on each worker):
-//   auto t = UcxTransport::Create(rank, size);     // UCX worker + progress thread
-//   t->address();                                   // bytes for OpenSessionResponse
+//   auto t = UcxTransport::Create(rank, size, names); // UCX worker + progress thread
+//   t->address();                                   // bytes for OpenSessionResponse (sealed)
 //   t->BeginJob(job_id, peer_addresses);            // RunJobRequest.peer_transport_addresses
 //   t->Post(...)->Wait(...) ... ;                   // the executor's steps
 //   t->Abort();                                     // CancelJob: pending groups end CANCELLED
@@ -22,6 +22,11 @@
 // UCX has released every buffer of the group, also on error, timeout or abort.
 // Errors: a peer that disappears fails its groups with UNAVAILABLE; Wait's timeout gives
 // DEADLINE_EXCEEDED (and aborts the transport, since the group's buffers must be released).
+// Addresses: address() is this worker's UCX address sealed in the envelope of peer_address.h;
+// BeginJob opens and checks every peer's envelope (magic, version, kind, length, CRC32C, the
+// UCX format version) before UCX parses a byte of it, so a damaged or foreign address fails the
+// job with UNAVAILABLE naming the peer and never reaches ucp_address_unpack (which has no
+// length and aborts the process on what it cannot parse).
 #pragma once
 
 #include <cstdint>
@@ -36,16 +41,19 @@ namespace dfa {
 class UcxTransport : public Transport {
  public:
   // INTERNAL (naming the UCX call) when UCX cannot start; INVALID_ARGUMENT on bad rank/size.
-  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(int rank, int size);
+  // `peer_names[r]` (optional, e.g. "worker-1 at host:port") names rank r in errors.
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(
+      int rank, int size, std::vector<std::string> peer_names = {});
   ~UcxTransport() override;
 
-  // This rank's UCX worker address (opaque bytes peers connect to).
+  // This rank's UCX worker address, sealed (peer_address.h): the bytes peers connect to.
   const std::string& address() const;
 
   // Prepares for a job: clears a previous Abort, resets the sequence numbers, and connects to
   // the peers (reusing endpoints whose address is unchanged). `peer_addresses` is indexed by
-  // rank and has size() entries (this rank's own entry may be empty).
-  // INVALID_ARGUMENT naming peer_transport_addresses[i] when an address is missing or unusable.
+  // rank and has size() entries (this rank's own entry is ignored: it uses its own address).
+  // INVALID_ARGUMENT when the count is wrong; UNAVAILABLE naming peer_transport_addresses[i]
+  // and the peer when an address is missing, damaged, foreign or cannot be connected to.
   absl::Status BeginJob(const std::string& job_id, const std::vector<std::string>& peer_addresses);
 
   std::string_view Name() const override { return "ucx"; }

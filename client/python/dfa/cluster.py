@@ -4,6 +4,8 @@ daemons (client/local_cluster.h, through the extension), for examples, tests and
     with dfa.LocalCluster(workers=2) as cluster:
         client = dfa.Client(cluster.coordinator_address)
 
+Defaults (None): those of the C++ LocalClusterOptions, shared with `dfa cluster`, `dfa demo`
+and deploy/local/cluster.sh (LocalCluster.defaults(): 2 cpu workers, 1 thread each).
 Binaries: `bin_dir` (a build folder, or a folder holding both), else $DFA_BIN_DIR. Ports are
 picked free on 127.0.0.1; readiness is observed through the protocol (the coordinator lists N
 live workers). Logs go to <log_dir>/{coordinator,worker-I}.log. stop() sends SIGTERM to all,
@@ -30,10 +32,23 @@ def bin_dir_or_env(bin_dir=None):
 
 
 class LocalCluster:
-    def __init__(self, workers=2, threads_per_worker=1, backend="cpu", memory_limit_bytes=0,
-                 bin_dir=None, log_dir="", coordinator_args=(), worker_args=(),
-                 start_timeout=30.0, tls_cert="", tls_key="", tls_ca="", tls_server_name="",
-                 token=""):
+    @staticmethod
+    def defaults():
+        """The C++ defaults (client/local_cluster.h: LocalClusterOptions) as a dict: workers,
+        backend, threads_per_worker, memory_limit_bytes, start_timeout."""
+        return dict(_dfa.LocalCluster.defaults())
+
+    def __init__(self, workers=None, threads_per_worker=None, backend=None,
+                 memory_limit_bytes=None, bin_dir=None, log_dir="", coordinator_args=(),
+                 worker_args=(), start_timeout=None, tls_cert="", tls_key="", tls_ca="",
+                 tls_server_name="", token=""):
+        d = self.defaults()
+        pick = lambda value, key: d[key] if value is None else value  # noqa: E731
+        workers = pick(workers, "workers")
+        threads_per_worker = pick(threads_per_worker, "threads_per_worker")
+        backend = pick(backend, "backend")
+        memory_limit_bytes = pick(memory_limit_bytes, "memory_limit_bytes")
+        start_timeout = pick(start_timeout, "start_timeout")
         self._security = dict(tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca,
                               tls_server_name=tls_server_name, token=token)
         self._c = _dfa.LocalCluster.start(
@@ -43,6 +58,7 @@ class LocalCluster:
         self.coordinator_address = self._c.coordinator_address
         self.worker_addresses = list(self._c.worker_addresses)
         self.log_dir = self._c.log_dir
+        self.workers, self.backend, self.threads_per_worker = workers, backend, threads_per_worker
         self._stopped = False
 
     def client_kwargs(self):

@@ -68,6 +68,7 @@ nb::dict WorkerToDict(const v1::WorkerInfo& w) {
   d["speed"] = w.speed();
   d["last_seen_seconds"] = w.last_seen_seconds();
   d["alive"] = w.alive();
+  d["incarnation"] = w.incarnation();
   return d;
 }
 

@@ -12,6 +12,7 @@
 #include "binding_util.h"
 #include "client/grpc_util.h"
 #include "client/shard_io.h"
+#include "core/session_capability.h"
 #include "core/wire/crc32c.h"
 #include "tensors.h"
 
@@ -53,6 +54,7 @@ nb::dict SubmitRaw(Client& c, const std::string& session_id, const std::string& 
   v1::Job job = Value(RunBlocking([&]() -> absl::StatusOr<v1::Job> {
     grpc::ClientContext ctx;
     client::SetDeadline(&ctx, c.options().rpc_timeout);
+    AttachCapability(&ctx, c.SessionCapability(session_id));  // none for another's session
     v1::Job j;
     RETURN_IF_ERROR(client::FromGrpc(c.coordinator()->SubmitJob(&ctx, req, &j), "SubmitJob"));
     return j;

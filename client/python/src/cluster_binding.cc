@@ -57,6 +57,19 @@ client::ChildProcess* Worker(LocalCluster& c, int i) {
 
 void BindLocalCluster(nb::module_& m) {
   nb::class_<LocalCluster>(m, "LocalCluster")
+      // LocalClusterOptions{}: the defaults dfa.LocalCluster shares with `dfa cluster`,
+      // `dfa demo` and deploy/local/cluster.sh.
+      .def_static("defaults",
+                  [] {
+                    const LocalClusterOptions o;
+                    nb::dict d;
+                    d["workers"] = o.workers;
+                    d["backend"] = o.backend;
+                    d["threads_per_worker"] = o.threads_per_worker;
+                    d["memory_limit_bytes"] = o.memory_limit_bytes;
+                    d["start_timeout"] = absl::ToDoubleSeconds(o.start_timeout);
+                    return d;
+                  })
       .def_static("start", &Start, nb::arg("workers"), nb::arg("backend"), nb::arg("threads"),
                   nb::arg("memory_limit_bytes"), nb::arg("bin_dir"), nb::arg("log_dir"),
                   nb::arg("start_timeout"), nb::arg("coordinator_args"),

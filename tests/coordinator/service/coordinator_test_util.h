@@ -1,12 +1,14 @@
 // A coordinator on a loopback port plus fake workers, for the service tests.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "coordinator/coordinator_server.h"
+#include "core/session_capability.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
 #include "fake_worker.h"
 #include "grpcpp/client_context.h"
@@ -69,8 +71,24 @@ class CoordinatorFixture : public ::testing::Test {
     }
   }
 
+  // Remembers each created session's capability: SessionCtx / JobCtx send it.
   grpc::Status Create(const v1::CreateSessionRequest& req, v1::CreateSessionResponse* resp) {
-    return stub_->CreateSession(Ctx().get(), req, resp);
+    grpc::Status s = stub_->CreateSession(Ctx().get(), req, resp);
+    if (s.ok()) capabilities_[resp->session_id()] = resp->session_capability();
+    return s;
+  }
+
+  // A context carrying the capability of `session` (none for a session this fixture did not
+  // create), or of the session of `job`.
+  std::unique_ptr<grpc::ClientContext> SessionCtx(const std::string& session,
+                                                  absl::Duration timeout = absl::Seconds(10)) {
+    auto ctx = Ctx(timeout);
+    AttachCapability(ctx.get(), capabilities_[session]);
+    return ctx;
+  }
+  std::unique_ptr<grpc::ClientContext> JobCtx(const std::string& job,
+                                              absl::Duration timeout = absl::Seconds(10)) {
+    return SessionCtx(job_sessions_[job], timeout);
   }
 
   grpc::Status CreateWithSpec(const v1::AttentionSpec& spec, v1::CreateSessionResponse* resp,
@@ -88,7 +106,9 @@ class CoordinatorFixture : public ::testing::Test {
     req.set_session_id(session);
     req.set_kind(kind);
     req.set_client_id(client);
-    return stub_->SubmitJob(Ctx().get(), req, job);
+    grpc::Status s = stub_->SubmitJob(SessionCtx(session).get(), req, job);
+    if (s.ok()) job_sessions_[job->job_id()] = session;
+    return s;
   }
 
   // Follows WatchJob to the end; returns every state seen.
@@ -96,7 +116,7 @@ class CoordinatorFixture : public ::testing::Test {
     v1::GetJobRequest req;
     req.set_job_id(job_id);
     req.set_client_id(client);
-    auto ctx = Ctx(absl::Seconds(20));
+    auto ctx = JobCtx(job_id, absl::Seconds(20));
     auto reader = stub_->WatchJob(ctx.get(), req);
     std::vector<v1::Job> seen;
     v1::Job job;
@@ -130,6 +150,8 @@ class CoordinatorFixture : public ::testing::Test {
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::vector<std::unique_ptr<FakeWorker>> workers_;
+  std::map<std::string, std::string> capabilities_;  // session id -> capability
+  std::map<std::string, std::string> job_sessions_;  // job id -> session id
 };
 
 }  // namespace dfa::testing

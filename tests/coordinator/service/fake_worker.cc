@@ -79,7 +79,9 @@ grpc::Status FakeWorker::OpenSession(grpc::ServerContext*, const v1::OpenSession
   opened_++;
   absl::MutexLock lock(&mu_);
   last_open_ = *req;
-  resp->set_transport_address(absl::StrCat("addr-", options_.id));
+  resp->set_transport_address(options_.transport_address.empty()
+                                  ? absl::StrCat("addr-", options_.id)
+                                  : options_.transport_address);
   return grpc::Status::OK;
 }
 

@@ -26,6 +26,8 @@ struct FakeWorkerOptions {
   absl::Duration run_time = absl::Milliseconds(20);
   bool block_runs = false;
   absl::Duration heartbeat = absl::Milliseconds(50);
+  // OpenSessionResponse.transport_address (empty: "addr-<id>").
+  std::string transport_address;
 };
 
 class FakeWorker final : public v1::Worker::Service {

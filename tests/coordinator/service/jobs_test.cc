@@ -59,7 +59,7 @@ TEST_F(JobsTest, ForwardThenBackwardSucceedWithStatsAndFlops) {
   get.set_job_id(job.job_id());
   get.set_client_id("mallory");
   v1::Job other;
-  EXPECT_EQ(stub_->GetJob(Ctx().get(), get, &other).error_code(),
+  EXPECT_EQ(stub_->GetJob(JobCtx(job.job_id()).get(), get, &other).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
 }
 
@@ -105,13 +105,13 @@ TEST_F(JobsTest, SecondJobWhileOneRunsIsFailedPreconditionAndCancelStopsWorkers)
   req.set_job_id(job.job_id());
   req.set_client_id("alice");
   v1::Job cancelled;
-  ASSERT_TRUE(stub_->CancelJob(Ctx().get(), req, &cancelled).ok());
+  ASSERT_TRUE(stub_->CancelJob(JobCtx(job.job_id()).get(), req, &cancelled).ok());
   const v1::Job final_state = Watch(job.job_id()).back();
   EXPECT_EQ(final_state.state(), v1::JOB_CANCELLED);
   EXPECT_EQ(final_state.error_code(), static_cast<int>(grpc::StatusCode::CANCELLED));
   EXPECT_EQ(workers_[0]->cancels() + workers_[1]->cancels(), 2);
   // Cancel is idempotent; a cancelled forward does not allow a backward.
-  EXPECT_TRUE(stub_->CancelJob(Ctx().get(), req, &cancelled).ok());
+  EXPECT_TRUE(stub_->CancelJob(JobCtx(job.job_id()).get(), req, &cancelled).ok());
   EXPECT_EQ(cancelled.state(), v1::JOB_CANCELLED);
   EXPECT_EQ(Submit(created.session_id(), v1::JOB_BACKWARD, &second).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
@@ -144,7 +144,7 @@ TEST_F(JobsTest, ReleaseCancelsTheRunningJobAndClosesTheSession) {
   rel.set_session_id(created.session_id());
   rel.set_client_id("alice");
   v1::ReleaseSessionResponse rel_resp;
-  ASSERT_TRUE(stub_->ReleaseSession(Ctx().get(), rel, &rel_resp).ok());
+  ASSERT_TRUE(stub_->ReleaseSession(SessionCtx(created.session_id()).get(), rel, &rel_resp).ok());
   EXPECT_EQ(Watch(job.job_id()).back().state(), v1::JOB_CANCELLED);
   EXPECT_EQ(workers_[0]->closed() + workers_[1]->closed(), 2);
 }

@@ -138,7 +138,7 @@ TEST_F(CoordinatorValidationTest, SessionThatDoesNotFitIsResourceExhausted) {
   rel.set_session_id(ids.back());
   rel.set_client_id("alice");
   v1::ReleaseSessionResponse rel_resp;
-  ASSERT_TRUE(stub_->ReleaseSession(Ctx().get(), rel, &rel_resp).ok());
+  ASSERT_TRUE(stub_->ReleaseSession(SessionCtx(ids.back()).get(), rel, &rel_resp).ok());
   EXPECT_TRUE(CreateWithSpec(spec, &resp).ok());
 }
 
@@ -181,14 +181,15 @@ TEST_F(CoordinatorValidationTest, UnknownAndForeignSessions) {
             grpc::StatusCode::NOT_FOUND);
   rel.set_session_id(created.session_id());
   rel.set_client_id("mallory");
-  EXPECT_EQ(stub_->ReleaseSession(Ctx().get(), rel, &rel_resp).error_code(),
+  EXPECT_EQ(stub_->ReleaseSession(SessionCtx(created.session_id()).get(), rel, &rel_resp)
+                .error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(workers_[0]->closed(), 0);
 
   // The owner may release, twice (idempotent); the workers close it once.
   rel.set_client_id("alice");
-  EXPECT_TRUE(stub_->ReleaseSession(Ctx().get(), rel, &rel_resp).ok());
-  EXPECT_TRUE(stub_->ReleaseSession(Ctx().get(), rel, &rel_resp).ok());
+  EXPECT_TRUE(stub_->ReleaseSession(SessionCtx(created.session_id()).get(), rel, &rel_resp).ok());
+  EXPECT_TRUE(stub_->ReleaseSession(SessionCtx(created.session_id()).get(), rel, &rel_resp).ok());
   EXPECT_EQ(workers_[0]->closed() + workers_[1]->closed(), 2);
   EXPECT_EQ(Submit(created.session_id(), v1::JOB_FORWARD, &job).error_code(),
             grpc::StatusCode::NOT_FOUND);

@@ -186,5 +186,47 @@ TEST_F(UcxTransportTest, BadArgumentsNameTheField) {
   EXPECT_NE(g.status().message().find("sends[0].peer"), std::string::npos);
 }
 
+// Damaged, foreign and raw (unsealed) peer addresses never reach UCX: BeginJob answers
+// UNAVAILABLE naming the field and the peer, and the transport still connects and exchanges
+// with the right addresses afterwards (before the envelope, these aborted the process inside
+// ucp_address_unpack).
+TEST_F(UcxTransportTest, DamagedPeerAddressesFailWithUnavailableNamingThePeer) {
+  for (int r = 0; r < 2; ++r) {
+    auto t = UcxTransport::Create(r, 2, {"worker-0 at 127.0.0.1:1", "worker-1 at 127.0.0.1:2"});
+    ASSERT_TRUE(t.ok()) << t.status();
+    addrs_.push_back((*t)->address());
+    ts_.push_back(std::move(*t));
+  }
+  const std::string good = addrs_[1];
+  std::vector<std::string> damaged = {
+      "", "x", good.substr(0, good.size() / 2), good + "tail", std::string(good.size(), '\xff'),
+      good.substr(16),  // the raw UCX bytes without the envelope
+  };
+  for (size_t i = 0; i < good.size(); i += 7) {
+    std::string d = good;
+    d[i] = static_cast<char>(d[i] ^ 0x5a);
+    damaged.push_back(d);
+  }
+  for (const std::string& d : damaged) {
+    absl::Status st = ts_[0]->BeginJob("bad", {addrs_[0], d});
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+    EXPECT_NE(st.message().find("peer_transport_addresses[1]"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("worker-1 at 127.0.0.1:2"), std::string::npos) << st;
+  }
+  // This rank's own entry is ignored (it connects to itself with its own address).
+  Begin("good");
+  ASSERT_TRUE(ts_[0]->BeginJob("good2", {"junk", addrs_[1]}).ok());
+  ASSERT_TRUE(ts_[1]->BeginJob("good2", addrs_).ok());
+  int32_t out = 42, in = 0;
+  TransportMessage s{1, &out, sizeof(out)};
+  TransportMessage r{0, &in, sizeof(in)};
+  auto gs = ts_[0]->Post({&s, 1}, {}, nullptr);
+  auto gr = ts_[1]->Post({}, {&r, 1}, nullptr);
+  ASSERT_TRUE(gs.ok() && gr.ok());
+  EXPECT_TRUE((*gs)->Wait(nullptr, absl::Seconds(10)).ok());
+  EXPECT_TRUE((*gr)->Wait(nullptr, absl::Seconds(10)).ok());
+  EXPECT_EQ(in, 42);
+}
+
 }  // namespace
 }  // namespace dfa
