@@ -24,7 +24,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 for t in "${targets[@]}"; do cmake --build "$build" -j2 --target "$t"; done
 rm -rf .gpu-service/bin && mkdir -p .gpu-service/bin .gpu-service/lib
 for t in "${targets[@]}"; do
-  f=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  # The newest build of the program (a moved test can leave a stale binary at its old path).
+  f=$(find "$build" -type f -name "$t" -perm -u+x -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
   [ -n "$f" ] || { echo "pack: $t not built" >&2; exit 1; }
   cp "$f" .gpu-service/bin/
   strip --strip-unneeded .gpu-service/bin/"$t" 2>/dev/null || true

@@ -70,7 +70,7 @@ TEST(NcclTransportOptionsTest, BadOptionsNameTheField) {
 // a memset queued on the compute stream, results read back on the compute stream after Wait:
 // no host synchronisation between steps.
 TEST(NcclTransportTest, RingStepsDeliverInOrderWithoutHostSync) {
-  SKIP_UNLESS_GPUS(1);
+  SKIP_UNLESS_GPUS(2);  // NCCL refuses two ranks of one communicator on one GPU
   constexpr size_t kBytes = 8 << 20;
   constexpr int kSteps = 6;
   RunRanks(kRanks, [&](int rank, NcclTransport* t, cudaStream_t s) {
@@ -116,7 +116,7 @@ TEST(NcclTransportTest, RingStepsDeliverInOrderWithoutHostSync) {
 // Several messages to the same peer in one group are matched in posting order, and sends and
 // receives of both directions in one group cannot deadlock.
 TEST(NcclTransportTest, ManyMessagesPerPeerMatchInPostingOrder) {
-  SKIP_UNLESS_GPUS(1);
+  SKIP_UNLESS_GPUS(2);  // NCCL refuses two ranks of one communicator on one GPU
   constexpr int kMsgs = 5;
   constexpr size_t kBytes = 1 << 16;
   RunRanks(kRanks, [&](int rank, NcclTransport* t, cudaStream_t s) {
@@ -153,7 +153,7 @@ TEST(NcclTransportTest, ManyMessagesPerPeerMatchInPostingOrder) {
 // communicator, groups run in issue order, so two ranks doing this wait on each other for ever;
 // the transport's per-direction lanes must let it complete.
 TEST(NcclTransportTest, ReceiveOnlyGroupBeforeSendOnlyGroupDoesNotDeadlock) {
-  SKIP_UNLESS_GPUS(1);
+  SKIP_UNLESS_GPUS(2);  // NCCL refuses two ranks of one communicator on one GPU
   constexpr size_t kBytes = size_t{256} << 20;  // far beyond what NCCL buffers without a receiver
   RunRanks(kRanks, [&](int rank, NcclTransport* t, cudaStream_t s) {
     const int peer = 1 - rank;
@@ -183,7 +183,7 @@ TEST(NcclTransportTest, ReceiveOnlyGroupBeforeSendOnlyGroupDoesNotDeadlock) {
 }
 
 TEST(NcclTransportTest, BadMessagesAreRejected) {
-  SKIP_UNLESS_GPUS(1);
+  SKIP_UNLESS_GPUS(2);  // NCCL refuses two ranks of one communicator on one GPU
   RunRanks(kRanks, [&](int rank, NcclTransport* t, cudaStream_t s) {
     TransportMessage self{rank, nullptr, 0};
     auto g = t->Post({&self, 1}, {}, s);
@@ -198,7 +198,7 @@ TEST(NcclTransportTest, BadMessagesAreRejected) {
 // A peer that never posts its matching receive: the job fails with DEADLINE_EXCEEDED within the
 // step timeout instead of hanging, and the stuck NCCL kernel is released (streams drain).
 TEST(NcclTransportTest, MissingPeerFailsTheGroupInsteadOfHanging) {
-  SKIP_UNLESS_GPUS(1);
+  SKIP_UNLESS_GPUS(2);  // NCCL refuses two ranks of one communicator on one GPU
   RunRanks(kRanks, [&](int rank, NcclTransport* t, cudaStream_t s) {
     if (rank == 1) {
       // Silent peer: posts nothing, then leaves without a clean shutdown.
@@ -257,7 +257,7 @@ TEST(NcclBootstrapTest, OnlyRankZeroMayCreateTheId) {
 // The service's sequence: rank 0 opens first and creates the id, rank 1 opens with it; both
 // return at once and the transports are usable once Get() returns.
 TEST(NcclBootstrapTest, RankZeroIdBootstrapsTheGroup) {
-  SKIP_UNLESS_GPUS(1);
+  SKIP_UNLESS_GPUS(2);  // NCCL refuses two ranks of one communicator on one GPU
   const int gpus = VisibleGpus();
   auto b0 = NcclBootstrap::Start(0, 0, 2, "", absl::Seconds(60));
   ASSERT_TRUE(b0.ok()) << b0.status();
