@@ -188,7 +188,14 @@ def lint(cluster, load):
     if extra:
         problems.append(f"exported but not documented in docs/metrics.md: {extra}")
     log(f"{len(exported)} metric families exported, {len(documented)} documented")
-    problems += lint_values(urls)
+    # The counters only grow; what a heartbeat or a slow scrape has not counted yet gets a few
+    # seconds (workers heartbeat every lease/3, about 1 s by default) before it is a problem.
+    deadline = time.time() + 10
+    values = lint_values(urls)
+    while values and time.time() < deadline:
+        time.sleep(0.5)
+        values = lint_values(urls)
+    problems += values
     problems += lint_probes(urls)
     return problems
 

@@ -120,9 +120,9 @@ TEST(HostilePeerTest, DamagedPeerAddressesAnswerUnavailableAndTheWorkerSurvives)
 TEST(HostilePeerTest, AFakeWorkerWithAJunkAddressFailsTheJobWithUnavailableNamingIt) {
   auto cluster = StartCluster(2, {"--lease_ms=1000"});
   ASSERT_NE(cluster, nullptr);
-  // Registers like a worker, answers OpenSession with junk (no envelope; its first byte is not
-  // a UCX address version, which aborted workers inside ucp_address_unpack) and holds RunJob
-  // until cancelled. Its memory makes placement pick it first.
+  // Registers like a worker, answers OpenSession with junk (no envelope; its first byte is no
+  // UCX address version, on which ucp_address_unpack aborts the process should it ever see it)
+  // and holds RunJob until cancelled. Its memory makes placement pick it first.
   FakeWorkerOptions fo;
   fo.id = "fake-worker";
   fo.transport_address = std::string("\x05\x00\xff junk from a fake worker", 26);

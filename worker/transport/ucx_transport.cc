@@ -21,8 +21,7 @@ namespace dfa {
 namespace {
 
 constexpr int kMaxRanks = 1 << 12;  // 12 bits of the tag
-// Descriptors a UCX worker opens (sockets, eventfds, shared-memory segments; measured 12 with
-// UCX 1.13 on loopback) and a few to spare.
+// Descriptors a UCX worker opens (12 measured with UCX 1.13 on loopback) and a few to spare.
 constexpr int kFdsPerTransport = 16;
 constexpr uint64_t kSeqMask = (uint64_t{1} << 36) - 1;
 constexpr uint64_t kFullMask = ~uint64_t{0};
@@ -42,8 +41,8 @@ absl::Status UcxError(const char* call, ucs_status_t s) {
   return absl::InternalError(absl::StrCat("ucx: ", call, " failed: ", ucs_status_string(s)));
 }
 
-// Zero bytes after a peer's address when it is handed to UCX: ucp_address_unpack takes no
-// length, so even a well-formed but truncated-by-its-maker address reads our zeros, not the heap.
+// Zeros after a peer's address handed to UCX: ucp_address_unpack takes no length, so a short
+// address reads our zeros, not the heap.
 constexpr size_t kAddressPadding = 256;
 
 // The low 4 bits of a UCX worker address' first byte are its format version
@@ -79,12 +78,10 @@ class UcxTransport::Impl {
  public:
   Impl(int rank, int size, std::vector<std::string> peer_names)
       : rank_(rank), size_(size), sent_(size), received_(size) {
-    peer_names_.resize(size);
     for (int p = 0; p < size; ++p) {
-      peer_names_[p] = absl::StrCat("rank ", p);
-      if (p < static_cast<int>(peer_names.size()) && !peer_names[p].empty()) {
-        absl::StrAppend(&peer_names_[p], " (", peer_names[p], ")");
-      }
+      const bool named = p < static_cast<int>(peer_names.size()) && !peer_names[p].empty();
+      peer_names_.push_back(named ? absl::StrCat("rank ", p, " (", peer_names[p], ")")
+                                  : absl::StrCat("rank ", p));
     }
   }
   ~Impl() { Shutdown(); }
@@ -352,8 +349,7 @@ absl::Status UcxTransport::Impl::BeginJob(const std::string& job_id,
       const std::string& a = raw[p];
       if (eps_[p] != nullptr && ep_addrs_[p] == a && !peer_lost_[p]) continue;
       CloseEndpoint(p);
-      std::string padded = a;
-      padded.resize(a.size() + kAddressPadding, '\0');
+      const std::string padded = a + std::string(kAddressPadding, '\0');
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -555,8 +551,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
   }
   auto impl = std::make_unique<Impl>(rank, size, std::move(peer_names));
   if (absl::Status st = impl->Init(); !st.ok()) {
-    // UCX opens a dozen descriptors per worker: out of them, this is a full worker, not a bug.
-    if (FdsNearLimit(kFdsPerTransport)) {
+    if (FdsNearLimit(kFdsPerTransport)) {  // a full worker, not a bug
       return absl::ResourceExhaustedError(absl::StrCat(
           "ucx: cannot start a transport: the worker is out of file descriptors (",
           CountOpenFds(), " open, RLIMIT_NOFILE ", FdLimit(), "): ", st.message()));

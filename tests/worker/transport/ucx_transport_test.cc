@@ -188,8 +188,7 @@ TEST_F(UcxTransportTest, BadArgumentsNameTheField) {
 
 // Damaged, foreign and raw (unsealed) peer addresses never reach UCX: BeginJob answers
 // UNAVAILABLE naming the field and the peer, and the transport still connects and exchanges
-// with the right addresses afterwards (before the envelope, these aborted the process inside
-// ucp_address_unpack).
+// with the right addresses afterwards (UCX itself aborts the process on most of them).
 TEST_F(UcxTransportTest, DamagedPeerAddressesFailWithUnavailableNamingThePeer) {
   for (int r = 0; r < 2; ++r) {
     auto t = UcxTransport::Create(r, 2, {"worker-0 at 127.0.0.1:1", "worker-1 at 127.0.0.1:2"});
