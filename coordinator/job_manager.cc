@@ -454,7 +454,8 @@ void JobManager::Shutdown() {
             if (!rec->done[r]) to_try_cancel_.emplace_back(rec, static_cast<int>(r));
           }
         }
-        FailLocked(*rec, absl::CancelledError("the coordinator is shutting down"));
+        // Retryable: the client resubmits on a restarted coordinator (a new session there).
+        FailLocked(*rec, absl::UnavailableError("the coordinator is shutting down"));
         Changed(*rec);
       }
     }
