@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include "core/job_labels.h"
+
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/support/status_code_enum.h"
@@ -43,26 +45,6 @@ const prometheus::Histogram::BucketBoundaries& OverheadBuckets() {
 
 }  // namespace
 
-std::string JobKindLabel(v1::JobKind kind) {
-  return kind == v1::JOB_BACKWARD ? "backward" : "forward";
-}
-
-std::string JobStateLabel(v1::JobState state) {
-  switch (state) {
-    case v1::JOB_SUCCEEDED:
-      return "succeeded";
-    case v1::JOB_FAILED:
-      return "failed";
-    case v1::JOB_CANCELLED:
-      return "cancelled";
-    case v1::JOB_RUNNING:
-      return "running";
-    case v1::JOB_QUEUED:
-      return "queued";
-    default:
-      return "unspecified";
-  }
-}
 
 CoordinatorMetrics::CoordinatorMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),

@@ -60,8 +60,4 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& requests_;
 };
 
-// "forward" / "backward"; "succeeded" / "failed" / "cancelled" (label values).
-std::string JobKindLabel(v1::JobKind kind);
-std::string JobStateLabel(v1::JobState state);
-
 }  // namespace dfa

@@ -4,26 +4,10 @@
 #include "client/cli/commands.h"
 #include "client/cli/json_writer.h"
 #include "client/cli/training_run.h"
+#include "core/job_labels.h"
 
 namespace dfa::cli {
 namespace {
-
-const char* StateName(v1::JobState s) {
-  switch (s) {
-    case v1::JOB_QUEUED:
-      return "queued";
-    case v1::JOB_RUNNING:
-      return "running";
-    case v1::JOB_SUCCEEDED:
-      return "succeeded";
-    case v1::JOB_FAILED:
-      return "failed";
-    case v1::JOB_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
-  }
-}
 
 std::string JobJson(const v1::Job& job) {
   std::vector<std::string> workers;
@@ -65,7 +49,7 @@ absl::Status Status(Args& args) {
     }
     std::printf("job %s (session %s): %s, %s, %d/%d steps\n", job.job_id().c_str(),
                 job.session_id().c_str(), job.kind() == v1::JOB_BACKWARD ? "backward" : "forward",
-                StateName(job.state()), job.steps_done(), job.steps_total());
+                JobStateLabel(job.state()).c_str(), job.steps_done(), job.steps_total());
     if (job.state() == v1::JOB_FAILED) {
       std::printf("  error %d: %s\n", job.error_code(), job.error_message().c_str());
     }

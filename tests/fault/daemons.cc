@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "client/local_cluster.h"
 #include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
 #include "grpcpp/security/credentials.h"
 
 namespace dfa::testing {
@@ -187,6 +188,39 @@ absl::Status Daemons::WaitForWorkers(int n, absl::Duration timeout, const std::s
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
+}
+
+v1::AttentionSpec SmallSpec() {
+  v1::AttentionSpec spec;
+  spec.set_batch(1);
+  spec.set_q_heads(2);
+  spec.set_kv_heads(1);
+  spec.set_head_dim(32);
+  spec.set_seq_len(256);
+  spec.set_causal(true);
+  spec.set_dtype(v1::DTYPE_F32);
+  return spec;
+}
+
+std::unique_ptr<client::Client> ConnectClient(const Daemons& d, const std::string& token) {
+  client::ClientOptions o;
+  o.coordinator = d.coordinator_address();
+  o.rpc_timeout = absl::Seconds(10);
+  o.security.auth_token = token;
+  auto c = client::Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<client::Session>> SessionWithForward(client::Client* c, int n,
+                                                                    uint64_t seed) {
+  client::SessionOptions so;
+  so.spec = SmallSpec();
+  so.num_workers = n;
+  ASSIGN_OR_RETURN(std::unique_ptr<client::Session> session, c->CreateSession(so));
+  RETURN_IF_ERROR(session->GenerateInputs(seed, /*with_grad_output=*/false));
+  RETURN_IF_ERROR(session->Run(v1::JOB_FORWARD).status());
+  return session;
 }
 
 }  // namespace dfa::testing

@@ -16,6 +16,7 @@
 
 #include "absl/time/time.h"
 #include "client/child_process.h"
+#include "client/client.h"
 #include "core/status.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -71,5 +72,17 @@ class Daemons {
 // "authorization: Bearer <token>".
 std::unique_ptr<grpc::ClientContext> Context(const std::string& token = "",
                                              absl::Duration timeout = absl::Seconds(10));
+
+// The small causal fp32 spec the registration and recovery tests run (S = 256, 2/1 heads).
+v1::AttentionSpec SmallSpec();
+
+// A client of `d`'s coordinator (with `token` as its bearer token when set); nullptr, with a
+// test failure recorded, when it cannot connect.
+std::unique_ptr<client::Client> ConnectClient(const Daemons& d, const std::string& token = "");
+
+// A session of SmallSpec() on `n` workers (0: all) whose inputs the workers generate from
+// `seed`, with one forward job run.
+absl::StatusOr<std::unique_ptr<client::Session>> SessionWithForward(client::Client* c, int n,
+                                                                    uint64_t seed);
 
 }  // namespace dfa::testing

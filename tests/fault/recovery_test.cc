@@ -23,38 +23,6 @@ constexpr int kLeaseMs = 900;
 constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(kLeaseMs / 3);
 const std::string kLeaseFlag = absl::StrCat("--lease_ms=", kLeaseMs);
 
-v1::AttentionSpec SmallSpec() {
-  v1::AttentionSpec spec;
-  spec.set_batch(1);
-  spec.set_q_heads(2);
-  spec.set_kv_heads(1);
-  spec.set_head_dim(32);
-  spec.set_seq_len(256);
-  spec.set_causal(true);
-  spec.set_dtype(v1::DTYPE_F32);
-  return spec;
-}
-
-std::unique_ptr<client::Client> Connect(const Daemons& d) {
-  client::ClientOptions o;
-  o.coordinator = d.coordinator_address();
-  o.rpc_timeout = absl::Seconds(10);
-  auto c = client::Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
-}
-
-// A session on `n` workers whose inputs the workers generate, with one forward job run.
-absl::StatusOr<std::unique_ptr<client::Session>> SessionWithForward(client::Client* c, int n) {
-  client::SessionOptions so;
-  so.spec = SmallSpec();
-  so.num_workers = n;
-  ASSIGN_OR_RETURN(std::unique_ptr<client::Session> session, c->CreateSession(so));
-  RETURN_IF_ERROR(session->GenerateInputs(11, /*with_grad_output=*/false));
-  RETURN_IF_ERROR(session->Run(v1::JOB_FORWARD).status());
-  return session;
-}
-
 int Alive(const v1::ListWorkersResponse& list) {
   int alive = 0;
   for (const auto& w : list.workers()) alive += w.alive() ? 1 : 0;
@@ -99,9 +67,9 @@ TEST(RecoveryTest, WorkersRejoinARestartedCoordinatorWithinOneHeartbeatPeriod) {
   EXPECT_LE(rejoin, kHeartbeatPeriod + absl::Milliseconds(700)) << "logs in " << daemons.log_dir();
 
   // The rejoined cluster serves: a session on every worker runs a forward job.
-  auto c = Connect(daemons);
+  auto c = ConnectClient(daemons);
   ASSERT_NE(c, nullptr);
-  auto session = SessionWithForward(c.get(), kWorkers);
+  auto session = SessionWithForward(c.get(), kWorkers, 11);
   EXPECT_TRUE(session.ok()) << session.status();
 }
 
@@ -113,9 +81,9 @@ TEST(RecoveryTest, RestartedWorkerIsUsableAsSoonAsItHasRegistered) {
   ASSERT_TRUE(daemons.StartCoordinator({}).ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(daemons.StartWorker(i).ok());
   ASSERT_TRUE(daemons.WaitForWorkers(2, absl::Seconds(20)).ok());
-  auto c = Connect(daemons);
+  auto c = ConnectClient(daemons);
   ASSERT_NE(c, nullptr);
-  auto before = SessionWithForward(c.get(), 2);
+  auto before = SessionWithForward(c.get(), 2, 11);
   ASSERT_TRUE(before.ok()) << before.status();
 
   daemons.KillWorker(1);
@@ -141,7 +109,7 @@ TEST(RecoveryTest, RestartedWorkerIsUsableAsSoonAsItHasRegistered) {
   ASSERT_TRUE(daemons.WaitForWorkerLog(1, "registered with", absl::Seconds(20)))
       << daemons.worker(1)->LogTail(10);
   // Usable at once: the first session placed on it right after its registration works.
-  auto after = SessionWithForward(c.get(), 2);
+  auto after = SessionWithForward(c.get(), 2, 11);
   EXPECT_TRUE(after.ok()) << after.status();
   // The session it held before the restart is gone, and says so with a retryable code.
   auto old_job = (*before)->Run(v1::JOB_FORWARD);
@@ -155,9 +123,9 @@ TEST(RecoveryTest, StalledCoordinatorKeepsHealthyWorkersWhenItResumes) {
   ASSERT_TRUE(daemons.StartCoordinator({kLeaseFlag}).ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(daemons.StartWorker(i).ok());
   ASSERT_TRUE(daemons.WaitForWorkers(2, absl::Seconds(20)).ok());
-  auto c = Connect(daemons);
+  auto c = ConnectClient(daemons);
   ASSERT_NE(c, nullptr);
-  auto session = SessionWithForward(c.get(), 2);
+  auto session = SessionWithForward(c.get(), 2, 11);
   ASSERT_TRUE(session.ok()) << session.status();
 
   // Stopped for well over a lease: when it resumes, every worker's last heartbeat looks older

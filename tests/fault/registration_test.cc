@@ -24,39 +24,6 @@ const std::string kLeaseFlag = absl::StrCat("--lease_ms=", kLeaseMs);
 constexpr char kClientToken[] = "client-secret-1";
 constexpr char kWorkerToken[] = "worker-secret-2";
 
-v1::AttentionSpec SmallSpec() {
-  v1::AttentionSpec spec;
-  spec.set_batch(1);
-  spec.set_q_heads(2);
-  spec.set_kv_heads(1);
-  spec.set_head_dim(32);
-  spec.set_seq_len(256);
-  spec.set_causal(true);
-  spec.set_dtype(v1::DTYPE_F32);
-  return spec;
-}
-
-std::unique_ptr<client::Client> Connect(const Daemons& d, const std::string& token = "") {
-  client::ClientOptions o;
-  o.coordinator = d.coordinator_address();
-  o.rpc_timeout = absl::Seconds(10);
-  o.security.auth_token = token;
-  auto c = client::Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
-}
-
-// A session on `n` workers (0: all) whose inputs the workers generate, with one forward job.
-absl::StatusOr<std::unique_ptr<client::Session>> SessionWithForward(client::Client* c, int n) {
-  client::SessionOptions so;
-  so.spec = SmallSpec();
-  so.num_workers = n;
-  ASSIGN_OR_RETURN(std::unique_ptr<client::Session> session, c->CreateSession(so));
-  RETURN_IF_ERROR(session->GenerateInputs(5, /*with_grad_output=*/false));
-  RETURN_IF_ERROR(session->Run(v1::JOB_FORWARD).status());
-  return session;
-}
-
 // What a rogue sends: a well-formed registration of `id` at `address`.
 v1::RegisterWorkerRequest Registration(const std::string& id, const std::string& address,
                                        const std::string& boot_id) {
@@ -151,9 +118,9 @@ TEST(RegistrationTest, OnlyTheWorkerTokenRegistersAndHeartbeats) {
   EXPECT_EQ(Listed(daemons, "worker-0", kClientToken).worker_id(), "worker-0");
 
   // A job runs on the one authenticated worker (num_workers 0: all live workers).
-  auto c = Connect(daemons, kClientToken);
+  auto c = ConnectClient(daemons, kClientToken);
   ASSERT_NE(c, nullptr);
-  auto session = SessionWithForward(c.get(), 0);
+  auto session = SessionWithForward(c.get(), 0, 5);
   ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_EQ((*session)->num_workers(), 1);
 }
@@ -175,9 +142,9 @@ TEST(RegistrationTest, LiveWorkerIdCannotBeTakenOver) {
   ASSERT_TRUE(daemons.StartCoordinator({kLeaseFlag}).ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(daemons.StartWorker(i).ok());
   ASSERT_TRUE(daemons.WaitForWorkers(2, absl::Seconds(20)).ok());
-  auto c = Connect(daemons);
+  auto c = ConnectClient(daemons);
   ASSERT_NE(c, nullptr);
-  auto session = SessionWithForward(c.get(), 2);
+  auto session = SessionWithForward(c.get(), 2, 5);
   ASSERT_TRUE(session.ok()) << session.status();
   const v1::WorkerInfo before = Listed(daemons, "worker-1");
   ASSERT_EQ(before.address(), daemons.worker_address(1));
@@ -229,9 +196,9 @@ TEST(RegistrationTest, UnreachableAddressIsNotRegisteredAndSessionsUseTheLiveWor
   auto list = daemons.ListWorkers();
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->workers_size(), 2);
-  auto c = Connect(daemons);
+  auto c = ConnectClient(daemons);
   ASSERT_NE(c, nullptr);
-  auto session = SessionWithForward(c.get(), 0);
+  auto session = SessionWithForward(c.get(), 0, 5);
   ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_EQ((*session)->num_workers(), 2);
 }
@@ -259,9 +226,9 @@ TEST(RegistrationTest, WorkerRestartedAtANewAddressGetsItsIdBackAtOnce) {
   EXPECT_EQ(after.address(), daemons.worker_address(1));
   EXPECT_NE(after.address(), before.address());
   EXPECT_GT(after.incarnation(), before.incarnation());
-  auto c = Connect(daemons);
+  auto c = ConnectClient(daemons);
   ASSERT_NE(c, nullptr);
-  auto session = SessionWithForward(c.get(), 2);
+  auto session = SessionWithForward(c.get(), 2, 5);
   EXPECT_TRUE(session.ok()) << session.status();
 }
 

@@ -29,19 +29,13 @@
 #include "worker/memory_budget.h"
 #include "worker/session_registry.h"
 #include "worker/worker_metrics.h"
+#include "tests/worker/worker_test_util.h"
 #include "worker/worker_service.h"
 
 namespace dfa {
 namespace {
 
 using grpc::StatusCode;
-
-#define EXPECT_RPC_ERROR(status, code, text)                                           \
-  do {                                                                                 \
-    const grpc::Status s_ = (status);                                                  \
-    EXPECT_EQ(s_.error_code(), (code)) << s_.error_message();                          \
-    EXPECT_NE(s_.error_message().find(text), std::string::npos) << s_.error_message(); \
-  } while (0)
 
 constexpr char kClient[] = "client-a";
 

@@ -25,13 +25,6 @@ namespace {
 
 using grpc::StatusCode;
 
-#define EXPECT_RPC_ERROR(status, code, text)                                          \
-  do {                                                                                \
-    const grpc::Status s_ = (status);                                                 \
-    EXPECT_EQ(s_.error_code(), (code)) << s_.error_message();                         \
-    EXPECT_NE(s_.error_message().find(text), std::string::npos) << s_.error_message(); \
-  } while (0)
-
 v1::AttentionSpec Spec(int64_t seq_len, bool causal = true) {
   v1::AttentionSpec s;
   s.set_batch(2);

@@ -11,6 +11,14 @@
 #include "gtest/gtest.h"
 #include "worker/worker_daemon.h"
 
+// EXPECT_RPC_ERROR(grpc_status, grpc::StatusCode::X, "text"): the code, and `text` in the message.
+#define EXPECT_RPC_ERROR(status, code, text)                                           \
+  do {                                                                                 \
+    const grpc::Status s_ = (status);                                                  \
+    EXPECT_EQ(s_.error_code(), (code)) << s_.error_message();                          \
+    EXPECT_NE(s_.error_message().find(text), std::string::npos) << s_.error_message(); \
+  } while (0)
+
 namespace dfa::testing {
 
 // Starts `n` daemons (1 thread, `memory_limit_bytes`, 30 s step timeout) and appends them and
