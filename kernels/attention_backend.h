@@ -61,10 +61,26 @@ struct RowStatView {
   RowStatView Slice(int64_t r0, int64_t n) const;
 };
 
+// MaskKind::kIntervals: the per-position visible intervals (core/mask.h BuildMaskIntervals),
+// int32 arrays of [batch * seq] in the backend's address space (host for cpu, device for cuda):
+// for batch row b and global position p, query p sees keys [q_lo[b*seq+p], q_hi[b*seq+p]) and
+// key p is seen by queries [k_lo[b*seq+p], k_hi[b*seq+p]). Lo and hi are non-decreasing in p,
+// so a tile of rows [r0, r1) sees keys [q_lo[r0], q_hi[r1-1]) and is fully visible when
+// q_lo[r1-1] <= c0 and q_hi[r0] >= c1: kernels skip empty tiles and mask only partial ones.
+// Ignored for kFull and kCausal.
+struct MaskIntervals {
+  const int32_t* q_lo = nullptr;
+  const int32_t* q_hi = nullptr;
+  const int32_t* k_lo = nullptr;
+  const int32_t* k_hi = nullptr;
+  int64_t seq = 0;  // positions per batch row in the arrays
+};
+
 // Forward unit. Writes (or, with accumulate, LSE-merges into) the partial output and LSE.
 struct ForwardArgs {
   float scale = 0.f;  // softmax scale; must be > 0 and finite
   MaskKind mask = MaskKind::kCausal;
+  MaskIntervals intervals;  // read iff mask == kIntervals
   TensorView q;       // [B, m, Hq, D], dtype f32/bf16/f16
   int64_t q_row0 = 0;
   TensorView k, v;    // [B, n, Hkv, D], same dtype as q
@@ -81,6 +97,7 @@ struct ForwardArgs {
 struct BackwardArgs {
   float scale = 0.f;
   MaskKind mask = MaskKind::kCausal;
+  MaskIntervals intervals;  // read iff mask == kIntervals
   TensorView q;        // [B, m, Hq, D]
   int64_t q_row0 = 0;
   TensorView k, v;     // [B, n, Hkv, D]
