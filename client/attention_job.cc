@@ -4,49 +4,45 @@
 #include "absl/time/clock.h"
 
 namespace dfa::client {
-namespace {
 
-// What a new session (from the inputs this job holds) can recover from: UNAVAILABLE (a worker
-// was lost or restarted, a peer or the coordinator cannot be reached, the coordinator is
-// restarting) and NOT_FOUND (the session or its job is gone: a restarted coordinator or worker
-// no longer knows them). Everything else (bad input, PERMISSION_DENIED, RESOURCE_EXHAUSTED,
-// a failed kernel) would fail the same way again.
-bool Retryable(const absl::Status& s) {
+// Everything else (bad input, PERMISSION_DENIED, RESOURCE_EXHAUSTED, a failed kernel) would fail
+// the same way again.
+bool RetryableJobError(const absl::Status& s) {
   return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kNotFound;
 }
 
-}  // namespace
+absl::StatusOr<std::unique_ptr<Session>> PlaceSession(Client* client, const SessionOptions& options,
+                                                      bool after_failure,
+                                                      absl::Duration recovery_timeout) {
+  if (!after_failure) return client->CreateSession(options);
+  // Place on the workers still alive. Until the coordinator's lease drops the lost worker it may
+  // still be listed, and a placement on it fails with UNAVAILABLE: try again until the deadline.
+  const absl::Time deadline = absl::Now() + recovery_timeout;
+  while (true) {
+    SessionOptions o = options;
+    auto workers = client->ListWorkers();
+    if (workers.ok()) {
+      int alive = 0;
+      for (const auto& w : workers->workers()) alive += w.alive() ? 1 : 0;
+      if (o.num_workers == 0 || o.num_workers > alive) o.num_workers = alive;
+    }
+    auto s = client->CreateSession(o);
+    if (s.ok()) return s;
+    const bool transient = s.status().code() == absl::StatusCode::kUnavailable ||
+                           s.status().code() == absl::StatusCode::kResourceExhausted;
+    if (!transient || absl::Now() > deadline) return s.status();
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
 
 absl::Status AttentionJob::NewSession(bool after_failure) {
   if (session_) {
     (void)session_->Release();  // best effort: the lost worker may not answer
     session_.reset();
   }
-  if (!after_failure) {
-    ASSIGN_OR_RETURN(session_, client_->CreateSession(options_.session));
-    return absl::OkStatus();
-  }
-  // Place on the workers still alive. Until the coordinator's lease drops the lost worker it may
-  // still be listed, and a placement on it fails with UNAVAILABLE: try again until the deadline.
-  const absl::Time deadline = absl::Now() + options_.recovery_timeout;
-  while (true) {
-    SessionOptions o = options_.session;
-    auto workers = client_->ListWorkers();
-    if (workers.ok()) {
-      int alive = 0;
-      for (const auto& w : workers->workers()) alive += w.alive() ? 1 : 0;
-      if (o.num_workers == 0 || o.num_workers > alive) o.num_workers = alive;
-    }
-    auto s = client_->CreateSession(o);
-    if (s.ok()) {
-      session_ = std::move(*s);
-      return absl::OkStatus();
-    }
-    const bool transient = s.status().code() == absl::StatusCode::kUnavailable ||
-                           s.status().code() == absl::StatusCode::kResourceExhausted;
-    if (!transient || absl::Now() > deadline) return s.status();
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  ASSIGN_OR_RETURN(session_, PlaceSession(client_, options_.session, after_failure,
+                                          options_.recovery_timeout));
+  return absl::OkStatus();
 }
 
 absl::Status AttentionJob::Upload(v1::TensorKind kind, const HostTensor& t) {
@@ -98,7 +94,7 @@ absl::StatusOr<ForwardOutputs> AttentionJob::Forward(const HostTensor& q, const 
       if (job) *job = *r;
       return out;
     }
-    if (!Retryable(r.status()) || attempt >= options_.max_retries) return r.status();
+    if (!RetryableJobError(r.status()) || attempt >= options_.max_retries) return r.status();
     if (options_.on_retry) options_.on_retry(r.status());
     ++retries_done_;
     RETURN_IF_ERROR(NewSession(true));
@@ -118,7 +114,7 @@ absl::StatusOr<BackwardOutputs> AttentionJob::Backward(const HostTensor& dout, v
       if (job) *job = *r;
       return out;
     }
-    if (!Retryable(r.status()) || attempt >= options_.max_retries) return r.status();
+    if (!RetryableJobError(r.status()) || attempt >= options_.max_retries) return r.status();
     if (options_.on_retry) options_.on_retry(r.status());
     ++retries_done_;
     // A new placement has no forward state: redo the forward there from the held inputs.

@@ -46,6 +46,15 @@ struct BackwardOutputs {
   HostTensor dq, dk, dv;
 };
 
+// What a new session (from the inputs the client holds) can recover from: UNAVAILABLE and
+// NOT_FOUND (see above). Shared by AttentionJob and DeviceAttentionJob (device_attention_job.h).
+bool RetryableJobError(const absl::Status& s);
+// A session for `options`; after_failure: on the workers still alive, retried until
+// `recovery_timeout` while the coordinator still lists the lost worker.
+absl::StatusOr<std::unique_ptr<Session>> PlaceSession(Client* client, const SessionOptions& options,
+                                                      bool after_failure,
+                                                      absl::Duration recovery_timeout);
+
 class AttentionJob {
  public:
   AttentionJob(Client* client, AttentionJobOptions options)

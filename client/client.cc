@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/grpc_util.h"
@@ -72,6 +73,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   c->security_ = std::move(security);
   c->channel_ = MakeChannel(c->options_.coordinator, *c->security_);
   c->stub_ = v1::Coordinator::NewStub(c->channel_);
+  if (c->options_.hold_lease) {
+    c->lease_ = std::make_unique<LeaseHolder>(c->stub_.get(), c->options_.client_id);
+  }
   return c;
 }
 
@@ -80,6 +84,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& coord
   o.coordinator = coordinator;
   return Connect(o);
 }
+
+std::string Client::lease_id() { return lease_ == nullptr ? "" : lease_->lease_id(); }
 
 std::shared_ptr<grpc::Channel> Client::WorkerChannel(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -118,10 +124,34 @@ absl::StatusOr<std::unique_ptr<Session>> Client::CreateSession(const SessionOpti
   req.set_schedule(options.schedule);
   req.set_client_id(options_.client_id);
   req.set_ttl_seconds(options.ttl_seconds);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.rpc_timeout);
   v1::CreateSessionResponse resp;
-  RETURN_IF_ERROR(FromGrpc(stub_->CreateSession(&ctx, req, &resp), "CreateSession"));
+  // Two attempts when the lease turns out to be gone (the coordinator restarted, or this process
+  // was stopped for longer than the grace): the second under a new lease.
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    req.clear_lease_id();
+    if (lease_ != nullptr) {
+      absl::StatusOr<LeaseCredentials> lease = lease_->Get(options_.rpc_timeout);
+      if (lease.ok()) {
+        req.set_lease_id(lease->lease_id);
+        if (!lease->secret.empty()) ctx.AddMetadata(kLeaseSecretMetadata, lease->secret);
+      } else if (!absl::IsUnavailable(lease.status()) &&
+                 !absl::IsDeadlineExceeded(lease.status())) {
+        return lease.status();  // refused (too many leases, authentication): say so
+      }
+      // Unreachable: CreateSession below answers with its own error (or, should the coordinator
+      // be back by then, the session has no lease and its time-to-live applies).
+    }
+    SetDeadline(&ctx, options_.rpc_timeout);
+    absl::Status s = FromGrpc(stub_->CreateSession(&ctx, req, &resp), "CreateSession");
+    if (s.ok()) break;
+    if (attempt == 0 && !req.lease_id().empty() && absl::IsNotFound(s) &&
+        absl::StrContains(s.message(), "lease_id:")) {
+      lease_->Forget(req.lease_id());
+      continue;
+    }
+    return s;
+  }
   std::unique_ptr<Session> session(new Session(this, options.spec, std::move(resp)));
   RememberSession(*session);
   absl::Status placement = ValidatePlacement(session->info(), options.spec);

@@ -17,6 +17,12 @@
 // "x-dfa-session-capability"), and the Client remembers it for the jobs its sessions submitted,
 // so GetJob / CancelJob by job id work for those. The client id is only a label.
 //
+// Lease: the first CreateSession opens the Client's lease on the coordinator (one stream,
+// beaten by a background thread: client/lease_holder.h) and every session is created under
+// it, so that if this process dies its sessions are released within the coordinator's grace
+// (--client_lease_grace_ms) instead of at their time-to-live. ClientOptions::hold_lease = false
+// creates sessions without one. Destroying the Client closes the lease cleanly.
+//
 // Threads: Client is thread-safe (its channels and stubs are). A Session may be used by one
 // thread at a time; it runs one thread per worker inside transfers. Ownership: a Session keeps
 // a pointer to its Client, which must outlive it. A Session is released on destruction unless
@@ -34,6 +40,7 @@
 
 #include "absl/time/time.h"
 #include "client/host_tensor.h"
+#include "client/lease_holder.h"
 #include "client/worker_data_client.h"
 #include "dfa/v1/coordinator.grpc.pb.h"
 #include "core/rpc_security.h"
@@ -48,6 +55,9 @@ struct ClientOptions {
   // mTLS files and the bearer token, for the coordinator and the workers alike
   // (docs/security.md). Empty: insecure, no token.
   RpcSecurityOptions security;
+  // Create sessions under a client lease (released soon after this process dies). false: the
+  // sessions' time-to-live alone.
+  bool hold_lease = true;
 };
 
 struct SessionOptions {
@@ -149,6 +159,9 @@ class Client {
   v1::Coordinator::Stub* coordinator() { return stub_.get(); }
   // A shared channel to a worker's data-plane address (created on first use).
   std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
+  // The lease this client's sessions are created under ("" before the first CreateSession, or
+  // when it holds none).
+  std::string lease_id();
 
  private:
   friend class Session;
@@ -165,6 +178,8 @@ class Client {
   std::shared_ptr<const RpcSecurity> security_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  // After stub_: destroyed (the lease closed) before the stub it uses.
+  std::unique_ptr<LeaseHolder> lease_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> worker_channels_;
   std::map<std::string, std::string> session_capabilities_;      // session id -> capability

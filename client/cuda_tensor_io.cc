@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,11 +29,32 @@ absl::Status SynchronizeDevice(int device) {
   return st;
 }
 
+// The boot id, read once per process (it cannot change while the process runs).
+absl::StatusOr<std::string> ThisHost() {
+  static const absl::StatusOr<std::string> host = HostBootId();
+  return host;
+}
+
+// Runs fn(rank) for every rank, in parallel threads when there are several (one rank: on this
+// thread, sparing a thread's start and join per call); the first error by rank order.
+template <typename Fn>
+absl::Status ForEachRank(int n, Fn fn) {
+  if (n == 1) return fn(0);
+  std::vector<absl::Status> results(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] { results[static_cast<size_t>(rank)] = fn(rank); });
+  }
+  for (std::thread& th : threads) th.join();
+  for (const absl::Status& st : results) RETURN_IF_ERROR(st);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TransferStats> Transfer(Session& session, v1::TensorKind kind, const DeviceTensor& t,
                                        bool upload, bool synchronize) {
   if (t.data == nullptr) return absl::InvalidArgumentError("tensor.data is null");
   ASSIGN_OR_RETURN(const CudaIpcBuffer buffer, ExportCudaIpc(t.data));
-  ASSIGN_OR_RETURN(const std::string host, HostBootId());
+  ASSIGN_OR_RETURN(const std::string host, ThisHost());
   if (upload && synchronize) RETURN_IF_ERROR(SynchronizeDevice(buffer.device));
   // Every request, checked before anything moves.
   const int n = session.num_workers();
@@ -49,34 +71,105 @@ absl::StatusOr<TransferStats> Transfer(Session& session, v1::TensorKind kind, co
     session.DataClient(rank);  // made here, not in the threads
   }
   const absl::Time start = absl::Now();
-  std::vector<absl::StatusOr<int64_t>> results(static_cast<size_t>(n), int64_t{0});
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      int64_t bytes = 0;
-      for (const v1::DeviceTransferRequest& req : requests[static_cast<size_t>(rank)]) {
-        absl::StatusOr<int64_t> b = session.DataClient(rank).DeviceTransfer(req);
-        if (!b.ok()) {
-          results[static_cast<size_t>(rank)] = b.status();
-          return;
-        }
-        bytes += *b;
-      }
-      results[static_cast<size_t>(rank)] = bytes;
-    });
-  }
-  for (std::thread& th : threads) th.join();
+  std::vector<int64_t> bytes(static_cast<size_t>(n), 0);
+  RETURN_IF_ERROR(ForEachRank(n, [&](int rank) -> absl::Status {
+    for (const v1::DeviceTransferRequest& req : requests[static_cast<size_t>(rank)]) {
+      ASSIGN_OR_RETURN(const int64_t b, session.DataClient(rank).DeviceTransfer(req));
+      bytes[static_cast<size_t>(rank)] += b;
+    }
+    return absl::OkStatus();
+  }));
   TransferStats stats;
-  for (const absl::StatusOr<int64_t>& r : results) {
-    RETURN_IF_ERROR(r.status());
-    stats.bytes += *r;
-  }
+  for (const int64_t b : bytes) stats.bytes += b;
   for (const auto& rs : requests) stats.chunks += static_cast<int64_t>(rs.size());
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
 }
 
+bool BindsInput(v1::JobKind job, v1::TensorKind k) {
+  return job == v1::JOB_FORWARD ? (k == v1::TENSOR_Q || k == v1::TENSOR_K || k == v1::TENSOR_V)
+                                : k == v1::TENSOR_DO;
+}
+bool BindsOutput(v1::JobKind job, v1::TensorKind k) {
+  return job == v1::JOB_FORWARD
+             ? (k == v1::TENSOR_O || k == v1::TENSOR_LSE)
+             : (k == v1::TENSOR_DQ || k == v1::TENSOR_DK || k == v1::TENSOR_DV);
+}
+
 }  // namespace
+
+absl::StatusOr<TransferStats> DeviceBindings::Bind(Session& session, v1::JobKind job,
+                                                   const std::vector<DeviceBinding>& bindings,
+                                                   const DeviceTransferOptions& options) {
+  if (job != v1::JOB_FORWARD && job != v1::JOB_BACKWARD) {
+    return absl::InvalidArgumentError(absl::StrCat("job = ", v1::JobKind_Name(job),
+                                                   ": bindings are for JOB_FORWARD or "
+                                                   "JOB_BACKWARD"));
+  }
+  ASSIGN_OR_RETURN(const std::string host, ThisHost());
+  const int n = session.num_workers();
+  std::vector<v1::BindDeviceTensorsRequest> requests(static_cast<size_t>(n));
+  for (v1::BindDeviceTensorsRequest& r : requests) r.set_job(job);
+  std::vector<int> devices;  // of the inputs, to synchronise
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    const DeviceBinding& b = bindings[i];
+    const std::string what = absl::StrCat("bindings[", i, "] (", v1::TensorKind_Name(b.kind), ")");
+    if (b.tensor == nullptr || b.tensor->data == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": tensor.data is null"));
+    }
+    if (!(b.upload ? BindsInput(job, b.kind) : BindsOutput(job, b.kind))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " with upload = ", b.upload, " is not ", b.upload ? "an input" : "an output",
+          " of ", v1::JobKind_Name(job)));
+    }
+    ASSIGN_OR_RETURN(const CudaIpcBuffer buffer, ExportCudaIpc(b.tensor->data));
+    if (b.upload) devices.push_back(buffer.device);
+    for (int rank = 0; rank < n; ++rank) {
+      const v1::ShardPlacement& shard = session.info().shards(rank);
+      for (const v1::RowRange& r : shard.owned()) {
+        absl::StatusOr<v1::DeviceTransferRequest> req = MakeDeviceTransferRequest(
+            session.spec(), b.kind, *b.tensor, buffer.handle, buffer.offset, buffer.device, r,
+            b.upload, host, ShardHeads(shard, b.kind));
+        if (!req.ok()) {
+          return absl::Status(req.status().code(),
+                              absl::StrCat(what, ": ", req.status().message()));
+        }
+        *requests[static_cast<size_t>(rank)].add_transfers() = *std::move(req);
+      }
+    }
+  }
+  std::vector<int> send;
+  std::vector<std::string> wire(static_cast<size_t>(n));
+  for (int rank = 0; rank < n; ++rank) {
+    wire[static_cast<size_t>(rank)] = requests[static_cast<size_t>(rank)].SerializeAsString();
+    auto it = sent_.find({session.id(), rank, static_cast<int>(job)});
+    if (it == sent_.end() || it->second != wire[static_cast<size_t>(rank)]) send.push_back(rank);
+    session.DataClient(rank);  // made here, not in the threads
+  }
+  if (options.synchronize) {
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    for (int d : devices) RETURN_IF_ERROR(SynchronizeDevice(d));
+  }
+  const absl::Time start = absl::Now();
+  TransferStats stats;
+  if (!send.empty()) {
+    // What a worker held is unknown after a failed request: forget it, resend next time.
+    for (int rank : send) sent_.erase({session.id(), rank, static_cast<int>(job)});
+    RETURN_IF_ERROR(ForEachRank(static_cast<int>(send.size()), [&](int i) -> absl::Status {
+      const int rank = send[static_cast<size_t>(i)];
+      return session.DataClient(rank)
+          .BindDeviceTensors(requests[static_cast<size_t>(rank)])
+          .status();
+    }));
+    for (int rank : send) {
+      sent_[{session.id(), rank, static_cast<int>(job)}] = std::move(wire[static_cast<size_t>(rank)]);
+    }
+  }
+  stats.chunks = static_cast<int64_t>(send.size());
+  stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return stats;
+}
 
 std::vector<int64_t> DeviceTensor::EffectiveStrides() const {
   if (!strides.empty()) return strides;

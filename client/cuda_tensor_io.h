@@ -22,6 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "client/client.h"
@@ -53,7 +56,7 @@ struct DeviceTransferOptions {
 // Hands rows of `t` to every worker owning them (all workers in parallel, one request per owned
 // range). `kind` is TENSOR_Q, TENSOR_K, TENSOR_V or TENSOR_DO. Errors: INVALID_ARGUMENT naming
 // the tensor field (shape, strides, dtype: the worker names those it checks), the worker's
-// FAILED_PRECONDITION (another host, cpu worker), UNAVAILABLE (the handle cannot be opened).
+// FAILED_PRECONDITION (another host, cpu worker, a handle that cannot be opened here).
 absl::StatusOr<TransferStats> UploadDevice(Session& session, v1::TensorKind kind,
                                            const DeviceTensor& t,
                                            const DeviceTransferOptions& options = {});
@@ -61,6 +64,38 @@ absl::StatusOr<TransferStats> UploadDevice(Session& session, v1::TensorKind kind
 // into `t`.
 absl::StatusOr<TransferStats> DownloadDevice(Session& session, v1::TensorKind kind,
                                              const DeviceTensor& t);
+
+// Standing transfers (Worker.BindDeviceTensors): tensors the workers move INSIDE each later job
+// of one kind of the session — inputs (upload) copied in as the job starts, outputs written
+// into `tensor` before the job's reply — so a training step makes no transfer call.
+struct DeviceBinding {
+  v1::TensorKind kind = v1::TENSOR_Q;
+  const DeviceTensor* tensor = nullptr;
+  bool upload = true;
+};
+
+// A session's bindings as its workers hold them: Bind sends a worker its new requests only when
+// they differ from what it was last sent (same memory, handles, shapes: nothing is sent), so a
+// loop that reuses its tensors binds once. Forget() after the session is released or replaced.
+// One thread at a time.
+class DeviceBindings {
+ public:
+  // Binds `bindings` to `job` (JOB_FORWARD: Q, K, V in, O, LSE out; JOB_BACKWARD: dO in,
+  // dQ, dK, dV out) on every worker of `session` (one request per worker that needs it, all in
+  // parallel), replacing that kind's earlier bindings. With options.synchronize it first
+  // synchronises the devices of the input tensors (work queued on them that writes them has
+  // finished before the job reads them). Errors: as UploadDevice / DownloadDevice, the
+  // worker's naming "transfers[i]" and the field. stats.chunks = requests sent (0: every
+  // worker already held these bindings), stats.seconds their time; nothing moves here.
+  absl::StatusOr<TransferStats> Bind(Session& session, v1::JobKind job,
+                                     const std::vector<DeviceBinding>& bindings,
+                                     const DeviceTransferOptions& options = {});
+  void Forget() { sent_.clear(); }
+
+ private:
+  // (session id, rank, job kind) -> the serialized request that worker holds.
+  std::map<std::tuple<std::string, int, int>, std::string> sent_;
+};
 
 // The DeviceTransferRequest for rows [r.begin, r.end) and heads `heads` (default all; a
 // head-split shard's ShardHeads) of `t`, whose element [0, ...] lies at byte `base_offset` of

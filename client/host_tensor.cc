@@ -133,9 +133,7 @@ HostTensor ToF32(const HostTensor& t) {
 }
 
 double ForwardFlops(const v1::AttentionSpec& spec) {
-  const double s = static_cast<double>(spec.seq_len());
-  const double pairs = spec.causal() ? s * (s + 1) / 2 : s * s;
-  return 4.0 * spec.batch() * spec.q_heads() * pairs * spec.head_dim();
+  return SpecForwardFlops(spec);  // visible pairs under causal, documents and window
 }
 
 }  // namespace dfa::client

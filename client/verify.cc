@@ -26,6 +26,18 @@ float RoundTo(float x, DType t) {
 
 }  // namespace
 
+HostMask::HostMask(const v1::AttentionSpec& spec) {
+  const MaskSpec mask = MaskSpecOf(spec);
+  kind = mask.Kind();
+  if (kind == MaskKind::kIntervals) arrays = BuildMaskIntervals(mask, spec.batch(), spec.seq_len());
+}
+
+MaskIntervals HostMask::intervals() const {
+  if (kind != MaskKind::kIntervals) return {};
+  return {arrays.q_lo.data(), arrays.q_hi.data(), arrays.k_lo.data(), arrays.k_hi.data(),
+          arrays.seq};
+}
+
 absl::StatusOr<ReferenceResult> ComputeReference(const v1::AttentionSpec& spec,
                                                  const HostTensor& q, const HostTensor& k,
                                                  const HostTensor& v, const HostTensor* dout,
@@ -36,10 +48,14 @@ absl::StatusOr<ReferenceResult> ComputeReference(const v1::AttentionSpec& spec,
   ReferenceResult r;
   r.o = ZerosLike(q, DType::kF32);
   ASSIGN_OR_RETURN(r.lse, MakeTensor(spec, v1::TENSOR_LSE));
-  const MaskKind mask = spec.causal() ? MaskKind::kCausal : MaskKind::kFull;
+  // Documents and windows: the mask's interval arrays (host memory: the cpu backend).
+  const HostMask host_mask(spec);
+  const MaskKind mask = host_mask.kind;
+  const MaskIntervals intervals = host_mask.intervals();
   ForwardArgs f;
   f.scale = EffectiveScale(spec);
   f.mask = mask;
+  f.intervals = intervals;
   f.q = q.View();
   f.k = k.View();
   f.v = v.View();
@@ -56,6 +72,7 @@ absl::StatusOr<ReferenceResult> ComputeReference(const v1::AttentionSpec& spec,
   BackwardArgs b;
   b.scale = f.scale;
   b.mask = mask;
+  b.intervals = intervals;
   b.q = q.View();
   b.k = k.View();
   b.v = v.View();

@@ -11,9 +11,19 @@
 
 #include "client/host_tensor.h"
 #include "dfa/v1/attention.pb.h"
+#include "core/mask.h"
 #include "core/status.h"
 
 namespace dfa::client {
+
+// The spec's whole mask for a host (cpu backend) call over the whole sequence: its kind and,
+// when it has documents or a window, its interval arrays (host memory).
+struct HostMask {
+  explicit HostMask(const v1::AttentionSpec& spec);
+  MaskKind kind = MaskKind::kCausal;
+  MaskIntervalArrays arrays;  // empty when dense
+  MaskIntervals intervals() const;
+};
 
 // fp32 results of the single-device computation.
 struct ReferenceResult {
@@ -21,7 +31,8 @@ struct ReferenceResult {
   HostTensor dq, dk, dv;   // backward (empty when no dO was given)
 };
 
-// Runs the whole sequence as one unit on a CPU backend with `threads` threads (0: all cores).
+// Runs the whole sequence as one unit on a CPU backend with `threads` threads (0: all cores),
+// under the spec's whole mask (causal, documents, window: MaskSpecOf).
 // `dout` may be null (forward only). Errors: the backend's (e.g. UNIMPLEMENTED if absent).
 absl::StatusOr<ReferenceResult> ComputeReference(const v1::AttentionSpec& spec,
                                                  const HostTensor& q, const HostTensor& k,

@@ -385,6 +385,31 @@ absl::StatusOr<int64_t> WorkerDataClient::DeviceTransfer(v1::DeviceTransferReque
   return response.bytes();
 }
 
+absl::StatusOr<int64_t> WorkerDataClient::ClientGroupTransfer(
+    v1::ClientGroupTransferRequest request, const std::string& group_secret) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout_ + absl::Milliseconds(request.timeout_ms()));
+  ctx.AddMetadata(kClientGroupSecretMetadata, group_secret);
+  request.set_session_id(session_id_);
+  request.set_client_id(client_id_);
+  v1::ClientGroupTransferResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub_->ClientGroupTransfer(&ctx, request, &response),
+                           absl::StrCat("worker ", address_, " ClientGroupTransfer")));
+  return response.bytes();
+}
+
+absl::StatusOr<int64_t> WorkerDataClient::BindDeviceTensors(
+    v1::BindDeviceTensorsRequest request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout_);
+  request.set_session_id(session_id_);
+  request.set_client_id(client_id_);
+  v1::BindDeviceTensorsResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub_->BindDeviceTensors(&ctx, request, &response),
+                           absl::StrCat("worker ", address_, " BindDeviceTensors")));
+  return response.bytes_per_job();
+}
+
 absl::StatusOr<v1::UploadResponse> WorkerDataClient::UploadChunks(
     std::span<const v1::TensorChunk> chunks) {
   grpc::ClientContext ctx;

@@ -100,6 +100,14 @@ class WorkerDataClient {
   // the worker moved; the worker's status (FAILED_PRECONDITION, INVALID_ARGUMENT, ...)
   // otherwise.
   absl::StatusOr<int64_t> DeviceTransfer(v1::DeviceTransferRequest request);
+  // The NCCL path from another host (Worker.ClientGroupTransfer; client/nccl_tensor_io.h builds
+  // the request and posts the NCCL side): `group_secret` goes as metadata. The call's deadline
+  // is the request's timeout_ms plus this client's timeout.
+  absl::StatusOr<int64_t> ClientGroupTransfer(v1::ClientGroupTransferRequest request,
+                                              const std::string& group_secret);
+  // Standing CUDA IPC transfers of the session's jobs (Worker.BindDeviceTensors; built by
+  // client/cuda_tensor_io.h's DeviceBindings). Returns the bytes per job.
+  absl::StatusOr<int64_t> BindDeviceTensors(v1::BindDeviceTensorsRequest request);
 
   // Sends raw, caller-made chunks (tests use it to send malformed ones).
   absl::StatusOr<v1::UploadResponse> UploadChunks(std::span<const v1::TensorChunk> chunks);

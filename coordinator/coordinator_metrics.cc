@@ -84,6 +84,16 @@ CoordinatorMetrics::CoordinatorMetrics()
                         .Help("Workers with a valid lease")
                         .Register(*registry_)
                         .Add({})),
+      client_leases_(prometheus::BuildGauge()
+                         .Name("dfa_coordinator_client_leases")
+                         .Help("Client leases held (attached, or lost and within their grace)")
+                         .Register(*registry_)
+                         .Add({})),
+      lease_reclaimed_(prometheus::BuildCounter()
+                           .Name("dfa_coordinator_lease_reclaimed_sessions_total")
+                           .Help("Sessions released because their client's lease was lost")
+                           .Register(*registry_)
+                           .Add({})),
       grpc_errors_(prometheus::BuildCounter()
                        .Name("dfa_grpc_errors_total")
                        .Help("RPCs answered with a non-OK status")
@@ -142,6 +152,10 @@ void CoordinatorMetrics::SetMemoryReserved(int64_t bytes) {
   memory_reserved_.Set(static_cast<double>(bytes));
 }
 void CoordinatorMetrics::SetLiveWorkers(int workers) { live_workers_.Set(workers); }
+void CoordinatorMetrics::SetClientLeases(int leases) { client_leases_.Set(leases); }
+void CoordinatorMetrics::LeaseSessionsReclaimed(int sessions) {
+  lease_reclaimed_.Increment(sessions);
+}
 
 void CoordinatorMetrics::RpcAnswered(absl::string_view method, int code) {
   requests_.Add({{"rpc", std::string(method)}, {"code", CodeName(code)}}).Increment();

@@ -37,6 +37,9 @@ class CoordinatorMetrics {
   void SetSessions(int sessions);
   void SetMemoryReserved(int64_t bytes);
   void SetLiveWorkers(int workers);
+  // Client leases held now, and sessions released because their client's lease was lost.
+  void SetClientLeases(int leases);
+  void LeaseSessionsReclaimed(int sessions);
   // An RPC answered with status `code` (a grpc::StatusCode): counted in
   // dfa_coordinator_requests_total{rpc, code} and, when not OK, in dfa_grpc_errors_total.
   void RpcAnswered(absl::string_view method, int code);
@@ -56,6 +59,8 @@ class CoordinatorMetrics {
   prometheus::Gauge& sessions_;
   prometheus::Gauge& memory_reserved_;
   prometheus::Gauge& live_workers_;
+  prometheus::Gauge& client_leases_;
+  prometheus::Counter& lease_reclaimed_;
   prometheus::Family<prometheus::Counter>& grpc_errors_;
   prometheus::Family<prometheus::Counter>& requests_;
 };

@@ -34,6 +34,7 @@ absl::Status ValidateOptions(const CoordinatorOptions& o) {
         "--worker_token: must differ from --auth_token (a client must not be able to register "
         "as a worker)");
   }
+  RETURN_IF_ERROR(ValidateClientLeaseOptions(o.client_lease));
   if (o.register_check_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("register_check_timeout_ms: must be positive");
   }

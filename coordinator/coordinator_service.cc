@@ -1,11 +1,11 @@
 #include "coordinator/coordinator_service.h"
 
 #include <algorithm>
-#include <iostream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/grpc_status.h"
+#include "core/log.h"
 #include "core/session_capability.h"
 
 namespace dfa {
@@ -19,6 +19,9 @@ CoordinatorService::CoordinatorService(const CoordinatorOptions& options,
       stubs_(std::move(security)),
       admission_(&registry_, &stubs_, options.register_check_timeout),
       sessions_(options, &registry_, &stubs_),
+      leases_(options.client_lease, options.tick),
+      lease_streams_(&leases_, 2 * options.client_lease.max_leases,
+                     [this](const absl::Status& s) { return Reply("HoldLease", s); }),
       watches_(&jobs_,
                WatchLimits{options.limits.max_watch_streams,
                            options.limits.max_watch_streams_per_client},
@@ -32,7 +35,8 @@ CoordinatorService::~CoordinatorService() { Shutdown(); }
 void CoordinatorService::Shutdown() {
   shutting_down_ = true;
   jobs_.Shutdown();
-  watches_.Shutdown();  // ends the open WatchJob streams (UNAVAILABLE)
+  watches_.Shutdown();        // ends the open WatchJob streams (UNAVAILABLE)
+  lease_streams_.Shutdown();  // ends the open HoldLease streams (UNAVAILABLE); leases stay
 }
 
 absl::Status CoordinatorService::Authorize(const grpc::ServerContextBase& ctx) const {
@@ -77,16 +81,29 @@ int CoordinatorService::LeaseMs() const {
 grpc::Status CoordinatorService::CreateSession(grpc::ServerContext* ctx,
                                                const v1::CreateSessionRequest* req,
                                                v1::CreateSessionResponse* resp) {
-  absl::Status s = Authorize(*ctx);
-  if (s.ok()) {
-    absl::StatusOr<v1::CreateSessionResponse> r = sessions_.Create(*req);
-    if (r.ok()) {
-      *resp = std::move(*r);
-    } else {
-      s = r.status();
+  auto run = [&]() -> absl::Status {
+    RETURN_IF_ERROR(Authorize(*ctx));
+    std::string lease_secret;
+    if (!req->lease_id().empty()) {
+      const auto& md = ctx->client_metadata();
+      if (auto it = md.find(kLeaseSecretMetadata); it != md.end()) {
+        lease_secret.assign(it->second.data(), it->second.size());
+      }
+      RETURN_IF_ERROR(leases_.CheckCanAdd(req->lease_id(), lease_secret));
     }
-  }
-  return Reply("CreateSession", s);
+    ASSIGN_OR_RETURN(*resp, sessions_.Create(*req));
+    if (!req->lease_id().empty()) {
+      // The lease may have expired (or filled up) while the session was opening.
+      absl::Status recorded = leases_.AddSession(req->lease_id(), lease_secret, resp->session_id());
+      if (!recorded.ok()) {
+        sessions_.Remove(resp->session_id());
+        resp->Clear();
+        return recorded;
+      }
+    }
+    return absl::OkStatus();
+  };
+  return Reply("CreateSession", run());
 }
 
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx,
@@ -138,11 +155,34 @@ grpc::Status CoordinatorService::ReleaseSession(grpc::ServerContext* ctx,
     RETURN_IF_ERROR(sessions_.CheckOwner(req->session_id(), req->client_id(),
                                          PresentedCapability(*ctx), &released_already));
     if (released_already) return absl::OkStatus();
-    jobs_.ReleaseSession(req->session_id());
-    sessions_.Remove(req->session_id());
+    ReleaseNow(req->session_id());
+    DFA_LOG(INFO) << "session " << req->session_id() << " released by client "
+                  << (req->client_id().empty() ? "(unnamed)" : req->client_id());
     return absl::OkStatus();
   };
   return Reply("ReleaseSession", run());
+}
+
+grpc::Status CoordinatorService::JoinClientGroup(grpc::ServerContext* ctx,
+                                                 const v1::JoinClientGroupRequest* req,
+                                                 v1::JoinClientGroupResponse* resp) {
+  absl::Status st = [&]() -> absl::Status {
+    RETURN_IF_ERROR(Authorize(*ctx));
+    RETURN_IF_ERROR(ValidateJoinClientGroupRequest(*req));
+    ASSIGN_OR_RETURN(std::shared_ptr<const SessionInfo> info,
+                     sessions_.Use(req->session_id(), req->client_id(), PresentedCapability(*ctx)));
+    auto join = [&](const SessionShard& shard,
+                    const v1::WorkerJoinClientGroupRequest& w) -> absl::Status {
+      v1::WorkerJoinClientGroupResponse r;
+      auto wctx = ContextWithTimeout(options_.rpc_timeout);
+      AttachCapability(wctx.get(), info->capability);
+      return FromGrpcStatus(stubs_.Get(shard.address)->JoinClientGroup(wctx.get(), w, &r),
+                            "Worker.JoinClientGroup");
+    };
+    ASSIGN_OR_RETURN(*resp, client_groups_.Join(*info, *req, join));
+    return absl::OkStatus();
+  }();
+  return Reply("JoinClientGroup", st);
 }
 
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx,
@@ -184,6 +224,7 @@ grpc::Status CoordinatorService::GetStatus(grpc::ServerContext* ctx,
     resp->set_jobs_queued(jobs_.queued());
     resp->set_memory_used_bytes(sessions_.TotalReservedBytes());
     resp->set_memory_limit_bytes(limit);
+    resp->set_client_leases(leases_.count());
   }
   return Reply("GetStatus", s);
 }
@@ -197,6 +238,9 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
     // A new process under the id (restarted, or the old one's lease ran out): what the old
     // one held is gone.
     if (admitted.replaced) {
+      DFA_LOG(WARNING) << "worker " << req->worker_id()
+                       << " lost: replaced by a new process at " << req->address()
+                       << " (restarted); its sessions and running jobs fail";
       WorkerLost(req->worker_id(), admitted.incarnation,
                  absl::StrCat("was replaced by a new process at ", req->address(),
                               " (restarted)"));
@@ -217,6 +261,34 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
   return Reply("Heartbeat", s);
 }
 
+grpc::ServerBidiReactor<v1::LeaseBeat, v1::LeaseState>* CoordinatorService::HoldLease(
+    grpc::CallbackServerContext* ctx) {
+  return lease_streams_.Start(Authorize(*ctx));
+}
+
+void CoordinatorService::ReleaseNow(const std::string& session_id) {
+  jobs_.ReleaseSession(session_id);
+  leases_.ForgetSession(sessions_.Remove(session_id), session_id);
+}
+
+void CoordinatorService::ReclaimLostLeases(absl::Time now) {
+  for (const ClientLeases::Expired& lease : leases_.Expire(now)) {
+    if (lease.session_ids.empty()) continue;  // its client released everything already
+    for (const std::string& id : lease.session_ids) {
+      ReleaseNow(id);
+      DFA_LOG(INFO) << "session " << id << " reclaimed: its client lease " << lease.lease_id
+                    << " was lost";
+    }
+    metrics_->LeaseSessionsReclaimed(static_cast<int>(lease.session_ids.size()));
+    DFA_LOG(WARNING) << "client lease " << lease.lease_id << " of client "
+                     << (lease.client_id.empty() ? "(unnamed)" : lease.client_id) << " lost ("
+                     << lease.why << ") and not re-attached within "
+                     << absl::FormatDuration(leases_.options().grace) << ": released its "
+                     << lease.session_ids.size() << " sessions";
+  }
+  metrics_->SetClientLeases(leases_.count());
+}
+
 void CoordinatorService::WorkerLost(const std::string& worker_id, uint64_t below_incarnation,
                                     absl::string_view reason) {
   jobs_.OnWorkerLost(worker_id, below_incarnation, reason);
@@ -228,22 +300,24 @@ void CoordinatorService::Tick(absl::Time now) {
       absl::StrCat("was lost (no heartbeat for one lease, ", LeaseMs(), " ms)");
   const int stalls = registry_.stalls();
   for (const std::string& id : registry_.ExpireLeases(now)) {
+    DFA_LOG(WARNING) << "worker " << id << " lost: lease expired (no heartbeat for "
+                     << LeaseMs() << " ms); its sessions and running jobs fail";
     WorkerLost(id, std::numeric_limits<uint64_t>::max(), reason);
   }
   if (registry_.stalls() != stalls) {
-    std::cerr << "dfa-coordinator: the lease check did not run for longer than a heartbeat "
-                 "period (the coordinator was stopped or starved); every worker's lease "
-                 "restarts now instead of running out"
-              << std::endl;
+    DFA_LOG(WARNING) << "the lease check did not run for longer than a heartbeat period (the "
+                        "coordinator was stopped or starved); every worker's lease restarts "
+                        "now instead of running out";
   }
   for (const std::string& id : sessions_.Expired(now)) {
     if (jobs_.SessionBusy(id)) {
       sessions_.Touch(id);
       continue;
     }
-    jobs_.ReleaseSession(id);
-    sessions_.Remove(id);
+    ReleaseNow(id);
+    DFA_LOG(INFO) << "session " << id << " expired: idle for longer than its time-to-live";
   }
+  ReclaimLostLeases(now);
   jobs_.Tick(now);
   metrics_->SetLiveWorkers(registry_.size());
   metrics_->SetSessions(sessions_.count());

@@ -12,9 +12,12 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "coordinator/client_groups.h"
+#include "coordinator/client_lease.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_watch.h"
+#include "coordinator/lease_stream.h"
 #include "coordinator/options.h"
 #include "coordinator/session_manager.h"
 #include "coordinator/worker_admission.h"
@@ -24,9 +27,11 @@
 
 namespace dfa {
 
-// WatchJob is a callback (reactor) method: a watch costs no thread (coordinator/job_watch.h).
+// WatchJob and HoldLease are callback (reactor) methods: a watch or a client's lease stream
+// costs no thread (coordinator/job_watch.h, coordinator/lease_stream.h).
 class CoordinatorService final
-    : public v1::Coordinator::WithCallbackMethod_WatchJob<v1::Coordinator::Service> {
+    : public v1::Coordinator::WithCallbackMethod_WatchJob<
+          v1::Coordinator::WithCallbackMethod_HoldLease<v1::Coordinator::Service>> {
  public:
   // `security`: credentials of the channels to workers (null: insecure).
   CoordinatorService(const CoordinatorOptions& options, CoordinatorMetrics* metrics,
@@ -45,6 +50,9 @@ class CoordinatorService final
                          v1::Job* resp) override;
   grpc::Status ReleaseSession(grpc::ServerContext* ctx, const v1::ReleaseSessionRequest* req,
                               v1::ReleaseSessionResponse* resp) override;
+  // The NCCL communicator of a client and its session's workers (coordinator/client_groups.h).
+  grpc::Status JoinClientGroup(grpc::ServerContext* ctx, const v1::JoinClientGroupRequest* req,
+                               v1::JoinClientGroupResponse* resp) override;
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* req,
@@ -53,10 +61,12 @@ class CoordinatorService final
                               v1::RegisterWorkerResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override;
+  grpc::ServerBidiReactor<v1::LeaseBeat, v1::LeaseState>* HoldLease(
+      grpc::CallbackServerContext* ctx) override;
 
   // Expires leases (failing the lost workers' jobs and sessions; after a stall of the
-  // coordinator itself, restarts them instead: WorkerRegistry) and idle sessions; updates the
-  // gauges.
+  // coordinator itself, restarts them instead: WorkerRegistry), idle sessions and lost client
+  // leases (releasing their sessions); updates the gauges.
   void Tick(absl::Time now);
   void Shutdown();
   // Registered workers whose lease is valid now (the coordinator is ready with at least one).
@@ -72,6 +82,11 @@ class CoordinatorService final
   grpc::Status Reply(const char* method, const absl::Status& status);
   void WorkerLost(const std::string& worker_id, uint64_t below_incarnation,
                   absl::string_view reason);
+  // The one release path (ReleaseSession, time-to-live, lost client lease): cancels the
+  // session's jobs, closes it on its workers, forgets it in its lease.
+  void ReleaseNow(const std::string& session_id);
+  // Releases the sessions of client leases lost for longer than their grace.
+  void ReclaimLostLeases(absl::Time now);
   int LeaseMs() const;
 
   const CoordinatorOptions options_;
@@ -80,6 +95,9 @@ class CoordinatorService final
   WorkerStubs stubs_;
   WorkerAdmission admission_;
   SessionManager sessions_;
+  ClientLeases leases_;
+  ClientGroupBroker client_groups_;
+  LeaseStreamHub lease_streams_;
   // Before jobs_: the JobManager tells it about changes until the manager is gone.
   JobWatchHub watches_;
   JobManager jobs_;

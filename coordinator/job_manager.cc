@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/grpc_status.h"
+#include "core/log.h"
+#include "core/spec_validation.h"
 #include "core/random_id.h"
 #include "core/session_capability.h"
 #include "coordinator/session_plan.h"
@@ -53,8 +55,7 @@ bool TraceJobs() {
 }
 
 double JobFlops(const v1::AttentionSpec& s, v1::JobKind kind) {
-  const double fwd = ForwardFlops(s.batch(), s.q_heads(), s.head_dim(), 0, s.seq_len(), 0,
-                                  s.seq_len(), s.causal() ? MaskKind::kCausal : MaskKind::kFull);
+  const double fwd = SpecForwardFlops(s);  // visible pairs under the mask (documents, window)
   return kind == v1::JOB_BACKWARD ? 2.5 * fwd : fwd;
 }
 
@@ -258,6 +259,14 @@ void JobManager::FinishLocked(Record& rec) {
                                                                      : v1::JOB_FAILED);
     job.set_error_code(static_cast<int>(rec.failure.code()));
     job.set_error_message(std::string(rec.failure.message()));
+    // One line per job that did not succeed (none for those that did: they are the metrics').
+    const bool cancelled = job.state() == v1::JOB_CANCELLED;
+    DFA_LOG_AT(cancelled ? LogLevel::kInfo : LogLevel::kWarning)
+        << "job " << job.job_id() << " ("
+        << (job.kind() == v1::JOB_BACKWARD ? "backward" : "forward") << ", session "
+        << job.session_id() << ") " << (cancelled ? "cancelled" : "failed") << " after "
+        << absl::Trunc(now - rec.submitted, absl::Microseconds(100)) << ": "
+        << absl::StatusCodeToString(rec.failure.code()) << ": " << rec.failure.message();
   }
   if (was_running) {
     job.set_wall_seconds(absl::ToDoubleSeconds(now - rec.started));
@@ -274,10 +283,11 @@ void JobManager::FinishLocked(Record& rec) {
         absl::StrAppend(&ranks, " rank ", r, " back +",
                         absl::ToDoubleMilliseconds(rec.returned[r] - rec.started), " ms;");
       }
-      absl::FPrintF(stderr, "coordinator trace %s: started at %d us, RunJob issued +%.3f ms;%s finished +%.3f ms\n",
-                    job.job_id(), absl::ToUnixMicros(rec.started),
-                    absl::ToDoubleMilliseconds(rec.issued - rec.started), ranks,
-                    absl::ToDoubleMilliseconds(now - rec.started));
+      DFA_LOG(INFO) << absl::StrFormat(
+          "coordinator trace %s: started at %d us, RunJob issued +%.3f ms;%s finished +%.3f ms",
+          job.job_id(), absl::ToUnixMicros(rec.started),
+          absl::ToDoubleMilliseconds(rec.issued - rec.started), ranks,
+          absl::ToDoubleMilliseconds(now - rec.started));
     }
     for (size_t r = 0; r < rec.responses.size(); ++r) {
       if (rec.responses[r].rank() == static_cast<int>(r) && rec.done[r]) {

@@ -7,7 +7,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "coordinator/coordinator_server.h"
+#include "core/log.h"
 #include "core/version.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "gRPC listen address host:port (port 0: any)");
@@ -29,11 +32,23 @@ ABSL_FLAG(int, max_watch_streams_per_client, 256,
           "WatchJob streams open at once per client_id (more: RESOURCE_EXHAUSTED)");
 ABSL_FLAG(std::string, auth_token, "",
           "if set, client RPCs must carry metadata 'authorization: Bearer <token>'");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding the client token (instead of --auth_token, which shows in ps)");
 ABSL_FLAG(std::string, worker_token, "",
           "if set, RegisterWorker/Heartbeat must carry 'authorization: Bearer <worker token>' "
           "(dfa-worker --worker_token); must differ from --auth_token");
 ABSL_FLAG(std::string, worker_token_file, "",
           "file holding the worker token (instead of --worker_token, which shows in ps)");
+ABSL_FLAG(int, client_lease_beat_ms, 1000,
+          "client leases: clients beat this often on their HoldLease stream");
+ABSL_FLAG(int, client_lease_timeout_ms, 5000,
+          "client leases: a lease without a beat for this long is lost");
+ABSL_FLAG(int, client_lease_grace_ms, 5000,
+          "client leases: a lost lease (stream broken, or no beat) waits this long for its "
+          "client to re-attach, then its sessions are released");
+ABSL_FLAG(int, max_client_leases, 4096, "client leases held at once (more: RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int, max_sessions_per_lease, 1024,
+          "sessions one client lease may hold (more: RESOURCE_EXHAUSTED)");
 ABSL_FLAG(int, register_check_timeout_ms, 1000,
           "how long RegisterWorker waits for the worker's address to answer its check");
 
@@ -45,6 +60,42 @@ ABSL_FLAG(std::string, tls_ca, "",
           "verified against it");
 ABSL_FLAG(std::string, tls_server_name, "",
           "name workers' certificates are checked against (default: the host of their address)");
+ABSL_FLAG(std::string, log_level, "info",
+          "lowest level of the operator log on stderr: info, warning or error");
+
+namespace {
+
+// The token of `flag` or of its file flag `file_flag` (one of them, or neither: ""); false with
+// the reason on stderr when both are given or the file cannot be used.
+bool TokenFromFlags(const std::string& value, const std::string& file, const char* flag,
+                    std::string* token) {
+  *token = value;
+  if (file.empty()) return true;
+  if (!value.empty()) {
+    std::fprintf(stderr, "dfa-coordinator: --%s and --%s_file: give one\n", flag, flag);
+    return false;
+  }
+  absl::StatusOr<std::string> read = dfa::ReadTokenFile(file, absl::StrCat("--", flag, "_file"));
+  if (!read.ok()) {
+    std::fprintf(stderr, "dfa-coordinator: %s\n", read.status().ToString().c_str());
+    return false;
+  }
+  *token = *read;
+  return true;
+}
+
+// "on (mTLS with client certificates, client token, worker token)" or "off (...)".
+std::string SecureMode(const dfa::CoordinatorOptions& o) {
+  std::string parts;
+  auto add = [&parts](const char* p) { absl::StrAppend(&parts, parts.empty() ? "" : ", ", p); };
+  if (o.security.tls()) add("mTLS with client certificates");
+  if (!o.auth_token.empty()) add("client token");
+  if (!o.worker_token.empty()) add("worker token");
+  if (parts.empty()) return "off (insecure transport, no token)";
+  return absl::StrCat(o.security.tls() ? "on" : "off", " (", parts, ")");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   dfa::InitProgramFlags("dfa-coordinator",
@@ -52,6 +103,13 @@ int main(int argc, char** argv) {
                         "usage: dfa-coordinator [--listen=HOST:PORT] [--lease_ms=MS] ...",
                         "coordinator/main.cc", argc, argv);
   absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<dfa::LogLevel> level =
+      dfa::ParseLogLevel(absl::GetFlag(FLAGS_log_level), "--log_level");
+  if (!level.ok()) {
+    std::fprintf(stderr, "dfa-coordinator: %s\n", std::string(level.status().message()).c_str());
+    return 2;
+  }
+  dfa::SetMinLogLevel(*level);
 
   dfa::CoordinatorOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
@@ -61,19 +119,11 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
   options.max_retained_jobs = absl::GetFlag(FLAGS_max_retained_jobs);
-  options.auth_token = absl::GetFlag(FLAGS_auth_token);
-  options.worker_token = absl::GetFlag(FLAGS_worker_token);
-  if (const std::string file = absl::GetFlag(FLAGS_worker_token_file); !file.empty()) {
-    if (!options.worker_token.empty()) {
-      std::fprintf(stderr, "dfa-coordinator: --worker_token and --worker_token_file: give one\n");
-      return 1;
-    }
-    absl::StatusOr<std::string> token = dfa::ReadTokenFile(file, "--worker_token_file");
-    if (!token.ok()) {
-      std::fprintf(stderr, "dfa-coordinator: %s\n", token.status().ToString().c_str());
-      return 1;
-    }
-    options.worker_token = *token;
+  if (!TokenFromFlags(absl::GetFlag(FLAGS_auth_token), absl::GetFlag(FLAGS_auth_token_file),
+                      "auth_token", &options.auth_token) ||
+      !TokenFromFlags(absl::GetFlag(FLAGS_worker_token), absl::GetFlag(FLAGS_worker_token_file),
+                      "worker_token", &options.worker_token)) {
+    return 2;
   }
   options.register_check_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_register_check_timeout_ms));
@@ -88,6 +138,12 @@ int main(int argc, char** argv) {
   options.limits.max_watch_streams = absl::GetFlag(FLAGS_max_watch_streams);
   options.limits.max_watch_streams_per_client = absl::GetFlag(FLAGS_max_watch_streams_per_client);
   options.limits.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
+  options.client_lease.beat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_client_lease_beat_ms));
+  options.client_lease.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_client_lease_timeout_ms));
+  options.client_lease.grace = absl::Milliseconds(absl::GetFlag(FLAGS_client_lease_grace_ms));
+  options.client_lease.max_leases = absl::GetFlag(FLAGS_max_client_leases);
+  options.client_lease.max_sessions_per_lease = absl::GetFlag(FLAGS_max_sessions_per_lease);
 
   // SIGTERM/SIGINT are blocked before any thread starts (threads inherit the mask) and taken
   // synchronously by sigwait below, so shutdown runs on the main thread, not in a handler.
@@ -99,26 +155,32 @@ int main(int argc, char** argv) {
 
   dfa::CoordinatorServer server(options);
   if (absl::Status s = server.Start(); !s.ok()) {
-    std::fprintf(stderr, "dfa-coordinator: %s\n", s.ToString().c_str());
+    DFA_LOG(ERROR) << "dfa-coordinator did not start: " << s;
     return 1;
   }
-  std::printf("dfa-coordinator listening on %s\n", server.address().c_str());
-  std::printf("dfa-coordinator transport: %s%s%s\n",
-              options.security.tls() ? "mTLS (client certificates required)" : "insecure",
-              options.auth_token.empty() ? "" : ", client token required",
-              options.worker_token.empty() ? "" : ", worker token required to register");
+  DFA_LOG(INFO) << dfa::VersionString("dfa-coordinator") << " started: gRPC on "
+                << server.address() << ", metrics "
+                << (server.metrics_port() >= 0 ? absl::StrCat("on port ", server.metrics_port())
+                                               : std::string("off"))
+                << ", secure mode " << SecureMode(options) << ", lease "
+                << absl::GetFlag(FLAGS_lease_ms) << " ms, session ttl "
+                << absl::GetFlag(FLAGS_session_ttl_s) << " s";
   if (!options.auth_token.empty() && options.worker_token.empty()) {
-    std::printf("dfa-coordinator: warning: --auth_token without --worker_token: any process "
-                "that reaches this port can register as a worker and receive clients' tensors\n");
+    DFA_LOG(WARNING) << "--auth_token without --worker_token: any process that reaches this "
+                        "port can register as a worker and receive clients' tensors";
   }
+  // The ready lines on stdout are what launchers and scripts wait for; the log is on stderr.
+  std::printf("dfa-coordinator listening on %s\n", server.address().c_str());
   if (server.metrics_port() >= 0) {
     std::printf("dfa-coordinator metrics on port %d\n", server.metrics_port());
   }
   std::fflush(stdout);
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  std::printf("dfa-coordinator: stopping\n");
-  std::fflush(stdout);
+  DFA_LOG(INFO) << "dfa-coordinator stopping (signal " << signal_number << ")";
+  const absl::Time stop_start = absl::Now();
   server.Shutdown();
+  DFA_LOG(INFO) << "dfa-coordinator stopped in " << absl::Trunc(absl::Now() - stop_start,
+                                                                absl::Milliseconds(1));
   return 0;
 }

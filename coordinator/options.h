@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "coordinator/client_lease.h"
 #include "core/rpc_security.h"
 #include "core/spec_validation.h"
 
@@ -55,6 +56,9 @@ struct CoordinatorOptions {
   // certificate. Empty: insecure. Its auth_token is unused (workers check no token).
   RpcSecurityOptions security;
   CoordinatorLimits limits;
+  // Client leases (Coordinator.HoldLease): beat interval, timeout, grace, limits
+  // (--client_lease_*_ms, --max_client_leases, --max_sessions_per_lease).
+  ClientLeaseOptions client_lease;
 };
 
 }  // namespace dfa

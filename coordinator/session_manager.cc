@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/grpc_status.h"
+#include "core/log.h"
 #include "core/random_id.h"
 #include "core/session_capability.h"
 #include "coordinator/session_memory.h"
@@ -148,6 +149,7 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
   }
   info->session_id = RandomId("s-");
   info->client_id = request.client_id();
+  info->lease_id = request.lease_id();
   info->capability = NewCapability();
   info->spec = request.spec();
   info->transport = backend == "cuda" ? "nccl" : "ucx";
@@ -239,6 +241,21 @@ absl::StatusOr<v1::CreateSessionResponse> SessionManager::Create(
   }
   *response.mutable_plan() = info->plan;
   response.set_bytes_per_worker(most);
+  {
+    std::string workers;
+    for (const SessionShard& s : info->shards) {
+      absl::StrAppend(&workers, workers.empty() ? "" : ",", s.worker_id);
+    }
+    const v1::AttentionSpec& sp = info->spec;
+    DFA_LOG(INFO) << "session " << info->session_id << " created for client "
+                  << (info->client_id.empty() ? "(unnamed)" : info->client_id) << ": B="
+                  << sp.batch() << " S=" << sp.seq_len() << " Hq=" << sp.q_heads()
+                  << " Hkv=" << sp.kv_heads() << " D=" << sp.head_dim() << " "
+                  << v1::DType_Name(sp.dtype()) << (sp.causal() ? " causal" : " full")
+                  << ", schedule " << info->plan.schedule() << ", " << n << " workers ["
+                  << workers << "] over " << info->transport << ", up to " << most
+                  << " bytes per worker";
+  }
   return response;
 }
 
@@ -356,19 +373,20 @@ void SessionManager::Tombstone(const SessionInfo& info) {
   }
 }
 
-void SessionManager::Remove(const std::string& session_id) {
+std::string SessionManager::Remove(const std::string& session_id) {
   std::shared_ptr<SessionInfo> info;
   bool close = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || !it->second.open) return;
+    if (it == sessions_.end() || !it->second.open) return "";
     info = it->second.info;
     close = !it->second.lost;  // a lost session was closed on its survivors already
     Tombstone(*info);
     sessions_.erase(it);
   }
   if (close) CloseOnWorkers(*info, std::vector<bool>(info->shards.size(), true));
+  return info->lease_id;
 }
 
 void SessionManager::Touch(const std::string& session_id) {
@@ -405,6 +423,7 @@ void SessionManager::OnWorkerLost(const std::string& worker_id, uint64_t below_i
       e.lost = true;
       e.lost_reason = absl::StrCat("session ", id, ": worker ", worker_id, " ", reason,
                                    "; create a new session");
+      DFA_LOG(WARNING) << "session " << id << " lost: worker " << worker_id << " " << reason;
       if (e.open) to_close.emplace_back(e.info, std::move(survivors));
     }
   }

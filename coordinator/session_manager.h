@@ -54,6 +54,7 @@ struct SessionInfo {
   std::string transport;                         // "ucx" or "nccl"
   std::vector<SessionShard> shards;              // indexed by rank
   std::vector<std::string> transport_addresses;  // indexed by rank
+  std::string lease_id;  // the client lease it is recorded under ("" none; not a secret)
 };
 
 class SessionManager {
@@ -72,8 +73,9 @@ class SessionManager {
   // (*released_already is then true), with the same capability and client_id.
   absl::Status CheckOwner(const std::string& session_id, const std::string& client_id,
                           const std::string& capability, bool* released_already);
-  // Forgets the session and closes it on its workers (best effort, with deadlines).
-  void Remove(const std::string& session_id);
+  // Forgets the session and closes it on its workers (best effort, with deadlines). Returns
+  // the lease it was recorded under ("" when none, or when the session is unknown).
+  std::string Remove(const std::string& session_id);
   // Renews the time-to-live (a job of the session made progress).
   void Touch(const std::string& session_id);
   // Sessions idle for longer than their time-to-live.

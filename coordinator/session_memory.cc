@@ -8,21 +8,19 @@ double SessionBytesEstimate(const v1::AttentionSpec& spec) {
   const double rows = static_cast<double>(spec.batch()) * static_cast<double>(spec.seq_len());
   const double hq = spec.q_heads(), hkv = spec.kv_heads(), d = spec.head_dim();
   const double e = spec.dtype() == v1::DTYPE_F32 ? 4 : 2;
-  // Q, O, dO, K, V (+ K/V in flight) in the client's dtype; dQ, dK, dV fp32; LSE, D fp32.
-  return rows * ((3 * hq + 4 * hkv) * d * e + (hq + 2 * hkv) * d * 4 + 2 * hq * 4);
+  // Q, dO, K, V (+ K/V in flight) in the client's dtype; fp32 dQ, dK, dV (the widest work
+  // region); LSE, D fp32.
+  return rows * ((2 * hq + 4 * hkv) * d * e + (hq + 2 * hkv) * d * 4 + 2 * hq * 4);
 }
 
-int64_t SessionBytes(const v1::AttentionSpec& spec, int64_t owned_rows, int64_t scratch_bytes) {
-  return SessionBytes(spec, HeadRange{}, owned_rows, scratch_bytes);
-}
-
-int64_t SessionBytes(const v1::AttentionSpec& spec, const HeadRange& kv_heads, int64_t owned_rows,
-                     int64_t scratch_bytes) {
-  // The worker's storage shape: the spec's, cut to the worker's key/value heads.
-  WorkerPlan w;
-  w.kv_heads = kv_heads;
-  const AttentionShape local = LocalShape(ShapeOf(spec), w);
-  return SessionStorageBytes(local, owned_rows) + scratch_bytes;
+absl::StatusOr<WorkerMemory> SessionWorkerMemory(const v1::AttentionSpec& spec, const Plan& plan,
+                                                 int rank, const CheckReport& report,
+                                                 int64_t step_tokens) {
+  if (rank < 0 || rank >= plan.num_workers()) {
+    return absl::InvalidArgumentError("rank: outside the plan");
+  }
+  const AttentionShape local = LocalShape(ShapeOf(spec), plan.workers[rank]);
+  return PlanWorkerMemory(plan, rank, local, report, step_tokens);
 }
 
 }  // namespace dfa

@@ -30,6 +30,10 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
   }
   // "heads" and "auto" split the session's kv heads: they need its real head counts.
   if (request.schedule == "heads" || request.schedule == "auto") request.shape = ShapeOf(spec);
+  // Documents and window: the planner plans (and balances) only the visible pairs; per-row
+  // documents are checked against the session's batch.
+  request.mask_spec = MaskSpecOf(spec);
+  if (spec.doc_offsets_size() > 1) request.shape.batch = spec.batch();
   absl::StatusOr<Plan> plan = MakePlan(request);
   if (!plan.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("schedule: ", request.schedule,
@@ -48,10 +52,8 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
   SessionPlan out;
   PlanToProto(*plan, &out.plan);
   for (int r = 0; r < plan->num_workers(); ++r) {
-    int64_t rows = 0;
-    for (const RowRange& range : plan->workers[r].owned) rows += range.size();
-    const int64_t scratch = std::max(report->peak_forward_bytes[r], report->peak_backward_bytes[r]);
-    out.bytes_per_rank.push_back(SessionBytes(spec, plan->workers[r].kv_heads, rows, scratch));
+    ASSIGN_OR_RETURN(const WorkerMemory m, SessionWorkerMemory(spec, *plan, r, *report));
+    out.bytes_per_rank.push_back(m.peak());
   }
   return out;
 }

@@ -15,7 +15,8 @@ namespace dfa {
 
 struct SessionPlan {
   v1::Plan plan;
-  // Per rank: session storage for its owned rows + the plan's peak in-flight buffers.
+  // Per rank: what the session will peak at there (SessionWorkerMemory at the default
+  // step_tokens: storage, key chunk, the executor's peak buffers; docs/memory.md).
   std::vector<int64_t> bytes_per_rank;
 };
 

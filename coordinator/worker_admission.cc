@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/log.h"
 #include "core/rpc_security.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -148,6 +149,10 @@ absl::StatusOr<Admission> WorkerAdmission::Admit(const v1::RegisterWorkerRequest
   ASSIGN_OR_RETURN(admission.incarnation,
                    registry_->Register(request, absl::Now(), replaces, &admission.replaced));
   stubs_->Install(request.address(), std::move(channel));
+  DFA_LOG(INFO) << "worker " << request.worker_id() << " joined at " << request.address()
+                << " (host " << request.host() << ", backend " << request.backend()
+                << ", device " << request.device() << ", memory limit " << request.memory_limit_bytes()
+                << " bytes, incarnation " << admission.incarnation << ")";
   return admission;
 }
 

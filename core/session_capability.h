@@ -19,6 +19,10 @@
 namespace dfa {
 
 inline constexpr char kSessionCapabilityMetadata[] = "x-dfa-session-capability";
+// A client lease's secret (Coordinator.HoldLease) on CreateSession, beside its lease_id.
+inline constexpr char kLeaseSecretMetadata[] = "x-dfa-lease-secret";
+// A client group's secret (Coordinator.JoinClientGroup) on Worker.ClientGroupTransfer.
+inline constexpr char kClientGroupSecretMetadata[] = "x-dfa-client-group-secret";
 // Longest capability OpenSession accepts (NewCapability makes 43 characters).
 inline constexpr size_t kMaxCapabilityLength = 256;
 

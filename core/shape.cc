@@ -21,13 +21,45 @@ absl::Status AttentionShape::Validate() const {
   return absl::OkStatus();
 }
 
-int64_t SessionStorageBytes(const AttentionShape& s, int64_t rows) {
+namespace {
+int64_t Align(int64_t n) { return (n + kStorageAlign - 1) / kStorageAlign * kStorageAlign; }
+}  // namespace
+
+StorageBytes SessionStorageLayout(const AttentionShape& s, int64_t rows,
+                                  const StorageLayout& layout) {
   const int64_t qe = int64_t{s.batch} * rows * s.q_heads * s.head_dim;
   const int64_t ke = int64_t{s.batch} * rows * s.kv_heads * s.head_dim;
   const int64_t st = int64_t{s.batch} * s.q_heads * rows;
   const int64_t es = DTypeSize(s.dtype);
-  // q, o, dout (dtype) + k, v (dtype) + dq (f32) + dk, dv (f32) + lse, delta (f32)
-  return 3 * qe * es + 2 * ke * es + qe * 4 + 2 * ke * 4 + 2 * st * 4;
+  StorageBytes b;
+  b.q = Align(qe * es);
+  b.kv = Align(ke * es);
+  b.dout = Align(qe * es);
+  b.stat = Align(st * 4);
+  b.o = Align(qe * es);
+  int64_t forward = b.o;
+  if (layout.forward_accumulator && s.dtype != DType::kF32) {
+    b.o_acc_offset = b.o;
+    forward += Align(qe * 4);
+  }
+  b.dq_acc = Align(qe * 4);
+  int64_t backward = b.dq_acc;
+  if (layout.kv_accumulators) {
+    b.dk_acc_offset = backward;
+    b.dv_acc_offset = backward + Align(ke * 4);
+    backward += 2 * Align(ke * 4);
+  }
+  b.work = forward > backward ? forward : backward;
+  b.total = b.q + 2 * b.kv + b.dout + 2 * b.stat + b.work;
+  return b;
+}
+
+int64_t SessionStorageBytes(const AttentionShape& s, int64_t rows) {
+  return SessionStorageLayout(s, rows, StorageLayout{}).total;
+}
+
+int64_t KeyChunkBytes(const AttentionShape& s, int64_t rows) {
+  return 2 * Align(int64_t{s.batch} * rows * s.kv_heads * s.head_dim * 4);
 }
 
 }  // namespace dfa

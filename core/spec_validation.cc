@@ -1,6 +1,8 @@
 #include "core/spec_validation.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -16,6 +18,41 @@ absl::Status CheckSize(absl::string_view field, int64_t value, int64_t max,
                        absl::string_view limit) {
   if (value < 1) return Bad(field, absl::StrCat("must be >= 1, got ", value));
   if (value > max) return Bad(field, absl::StrCat("must be <= ", max, " (", limit, "), got ", value));
+  return absl::OkStatus();
+}
+
+// The mask fields, after the shape: counts first (before anything reads the offsets), then
+// ValidateMask's checks with the "spec." prefix.
+absl::Status ValidateSpecMask(const v1::AttentionSpec& spec, const SpecLimits& limits) {
+  if (spec.has_window_left() && spec.window_left() < -1) {
+    return Bad("window_left",
+               absl::StrCat("must be >= 0 (or -1: unbounded), got ", spec.window_left()));
+  }
+  if (spec.has_window_right() && spec.window_right() < -1) {
+    return Bad("window_right",
+               absl::StrCat("must be >= 0 (or -1: unbounded), got ", spec.window_right()));
+  }
+  const int rows = spec.doc_offsets_size();
+  if (rows > 1 && rows != spec.batch()) {
+    return Bad("doc_offsets",
+               absl::StrCat("must have 0, 1 or batch (", spec.batch(), ") entries, got ", rows));
+  }
+  int64_t docs = 0;
+  for (int b = 0; b < rows; ++b) {
+    docs += std::max(0, spec.doc_offsets(b).offsets_size() - 1);
+  }
+  if (docs > limits.max_documents) {
+    return Bad("doc_offsets", absl::StrCat("must hold <= ", limits.max_documents,
+                                           " documents in all (max_documents), got ", docs));
+  }
+  const MaskSpec mask = MaskSpecOf(spec);
+  if (absl::Status s = ValidateMask(mask, spec.batch(), spec.seq_len()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
+  }
+  if (!mask.IsDense() && spec.seq_len() > std::numeric_limits<int32_t>::max()) {
+    return Bad("seq_len", absl::StrCat("must be <= ", std::numeric_limits<int32_t>::max(),
+                                       " with doc_offsets or a window, got ", spec.seq_len()));
+  }
   return absl::OkStatus();
 }
 
@@ -45,7 +82,7 @@ absl::Status ValidateSpec(const v1::AttentionSpec& spec, const SpecLimits& limit
     return Bad("softmax_scale",
                absl::StrCat("must be finite and >= 0 (0: 1/sqrt(head_dim)), got ", scale));
   }
-  return absl::OkStatus();
+  return ValidateSpecMask(spec, limits);
 }
 
 absl::Status ValidateSpecForPlacement(const v1::AttentionSpec& spec, absl::string_view backend,
@@ -78,6 +115,44 @@ AttentionShape ShapeOf(const v1::AttentionSpec& spec) {
   shape.head_dim = spec.head_dim();
   shape.dtype = static_cast<DType>(spec.dtype());
   return shape;
+}
+
+MaskSpec MaskSpecOf(const v1::AttentionSpec& spec) {
+  MaskSpec m;
+  m.causal = spec.causal();
+  m.window_left = spec.has_window_left() ? spec.window_left() : -1;
+  m.window_right = spec.has_window_right() ? spec.window_right() : -1;
+  m.doc_offsets.reserve(static_cast<size_t>(spec.doc_offsets_size()));
+  for (const v1::DocOffsets& row : spec.doc_offsets()) {
+    m.doc_offsets.emplace_back(row.offsets().begin(), row.offsets().end());
+  }
+  return m;
+}
+
+void SetSpecMask(const MaskSpec& mask, v1::AttentionSpec* spec) {
+  spec->clear_doc_offsets();
+  for (const std::vector<int64_t>& row : mask.doc_offsets) {
+    v1::DocOffsets* out = spec->add_doc_offsets();
+    out->mutable_offsets()->Add(row.begin(), row.end());
+  }
+  spec->clear_window_left();
+  spec->clear_window_right();
+  if (mask.window_left != -1) spec->set_window_left(mask.window_left);
+  if (mask.window_right != -1) spec->set_window_right(mask.window_right);
+}
+
+double SpecForwardFlops(const v1::AttentionSpec& spec) {
+  const MaskSpec mask = MaskSpecOf(spec);
+  const int64_t S = spec.seq_len();
+  if (mask.IsDense()) {
+    return ForwardFlops(spec.batch(), spec.q_heads(), spec.head_dim(), 0, S, 0, S, mask.Kind());
+  }
+  // Rows with the same documents count once.
+  const int rows = mask.doc_offsets.size() > 1 ? spec.batch() : 1;
+  double pairs = 0;
+  for (int b = 0; b < rows; ++b) pairs += static_cast<double>(VisiblePairs(mask, b, S, 0, S, 0, S));
+  pairs *= static_cast<double>(spec.batch()) / rows;
+  return 4.0 * spec.q_heads() * spec.head_dim() * pairs;
 }
 
 float EffectiveScale(const v1::AttentionSpec& spec) {

@@ -1,6 +1,8 @@
 #include "kernels/attention_backend.h"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -124,6 +126,31 @@ absl::Status CheckQKV(const TensorView& q, const TensorView& k, const TensorView
   return absl::OkStatus();
 }
 
+// The mask kind, and for kIntervals the arrays and that the unit's rows lie inside them.
+absl::Status CheckMask(MaskKind mask, const MaskIntervals& iv, int64_t q_row0, int64_t m,
+                       int64_t kv_row0, int64_t n) {
+  if (mask == MaskKind::kFull || mask == MaskKind::kCausal) return absl::OkStatus();
+  if (mask != MaskKind::kIntervals) {
+    return absl::InvalidArgumentError(absl::StrCat("mask: unknown kind ", static_cast<int>(mask)));
+  }
+  if (iv.q_lo == nullptr || iv.q_hi == nullptr || iv.k_lo == nullptr || iv.k_hi == nullptr) {
+    return absl::InvalidArgumentError("intervals: kIntervals needs q_lo, q_hi, k_lo and k_hi");
+  }
+  if (iv.seq < 1 || iv.seq > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("intervals.seq must be in [1, 2^31 - 1], got ", iv.seq));
+  }
+  if (q_row0 + m > iv.seq) {
+    return absl::InvalidArgumentError(absl::StrCat("q rows [", q_row0, ", ", q_row0 + m,
+                                                   ") reach past intervals.seq = ", iv.seq));
+  }
+  if (kv_row0 + n > iv.seq) {
+    return absl::InvalidArgumentError(absl::StrCat("kv rows [", kv_row0, ", ", kv_row0 + n,
+                                                   ") reach past intervals.seq = ", iv.seq));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateForward(const ForwardArgs& a) {
@@ -135,7 +162,7 @@ absl::Status ValidateForward(const ForwardArgs& a) {
   }
   RETURN_IF_ERROR(CheckStat(a.lse, a.q, "lse"));
   if (a.q_row0 < 0 || a.kv_row0 < 0) return absl::InvalidArgumentError("q_row0 and kv_row0 must be >= 0");
-  return absl::OkStatus();
+  return CheckMask(a.mask, a.intervals, a.q_row0, a.q.rows, a.kv_row0, a.k.rows);
 }
 
 absl::Status ValidateBackward(const BackwardArgs& a) {
@@ -155,6 +182,7 @@ absl::Status ValidateBackward(const BackwardArgs& a) {
     return absl::InvalidArgumentError("dq, dk and dv must be f32 accumulators");
   }
   if (a.q_row0 < 0 || a.kv_row0 < 0) return absl::InvalidArgumentError("q_row0 and kv_row0 must be >= 0");
+  RETURN_IF_ERROR(CheckMask(a.mask, a.intervals, a.q_row0, a.q.rows, a.kv_row0, a.k.rows));
   if (a.out.data != nullptr) {
     RETURN_IF_ERROR(CheckView(a.out, "out", false));
     RETURN_IF_ERROR(SameShape(a.q, a.out, "q", "out"));

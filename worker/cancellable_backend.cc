@@ -7,6 +7,23 @@ namespace {
 
 constexpr int64_t kRowBlock = 64;  // the CPU kernel's query block (kernels/cpu kBlockM)
 
+// Visible pairs of queries [q0, q0 + m) x keys [k0, k0 + n), averaged over the batch rows:
+// kIntervals from the rows' intervals (host arrays: a CPU backend), else the dense count.
+double Pairs(MaskKind mask, const MaskIntervals& iv, int batch, int64_t q0, int64_t m, int64_t k0,
+             int64_t n) {
+  if (mask != MaskKind::kIntervals) return static_cast<double>(VisiblePairs(q0, m, k0, n, mask));
+  int64_t total = 0;
+  for (int b = 0; b < batch; ++b) {
+    const int64_t base = b * iv.seq;
+    for (int64_t i = q0; i < q0 + m; ++i) {
+      const int64_t lo = std::max<int64_t>(iv.q_lo[base + i], k0);
+      const int64_t hi = std::min<int64_t>(iv.q_hi[base + i], k0 + n);
+      if (hi > lo) total += hi - lo;
+    }
+  }
+  return static_cast<double>(total) / batch;
+}
+
 }  // namespace
 
 absl::Status CancellableBackend::CheckCancelled() const {
@@ -17,14 +34,14 @@ absl::Status CancellableBackend::CheckCancelled() const {
 }
 
 int64_t CancellableBackend::PieceEnd(int64_t r0, int64_t m, int64_t q_row0, int64_t kv_row0,
-                                     int64_t n, MaskKind mask, double flops_per_pair) const {
+                                     int64_t n, MaskKind mask, const MaskIntervals& iv, int batch,
+                                     double flops_per_pair) const {
   int64_t end = std::min(m, r0 + kRowBlock);
-  double flops =
-      flops_per_pair * static_cast<double>(VisiblePairs(q_row0 + r0, end - r0, kv_row0, n, mask));
+  double flops = flops_per_pair * Pairs(mask, iv, batch, q_row0 + r0, end - r0, kv_row0, n);
   while (end < m) {
     const int64_t next = std::min(m, end + kRowBlock);
-    const double more = flops_per_pair * static_cast<double>(VisiblePairs(q_row0 + end, next - end,
-                                                                          kv_row0, n, mask));
+    const double more =
+        flops_per_pair * Pairs(mask, iv, batch, q_row0 + end, next - end, kv_row0, n);
     if (flops + more > flops_per_piece_) break;
     flops += more;
     end = next;
@@ -34,17 +51,20 @@ int64_t CancellableBackend::PieceEnd(int64_t r0, int64_t m, int64_t q_row0, int6
 
 absl::Status CancellableBackend::Forward(const ForwardArgs& a) {
   RETURN_IF_ERROR(CheckCancelled());
+  // Interval arrays are read below to size the pieces: checked first.
+  if (a.mask == MaskKind::kIntervals) RETURN_IF_ERROR(ValidateForward(a));
   const int64_t m = a.q.rows;
   // 4·B·H·D FLOPs per visible pair (ForwardFlops without the causal halving: pairs are exact).
   const double per_pair = 4.0 * a.q.batch * a.q.heads * a.q.head_dim;
   if (m <= kRowBlock ||
-      per_pair * static_cast<double>(VisiblePairs(a.q_row0, m, a.kv_row0, a.k.rows, a.mask)) <=
+      per_pair * Pairs(a.mask, a.intervals, a.q.batch, a.q_row0, m, a.kv_row0, a.k.rows) <=
           flops_per_piece_) {
     return inner_->Forward(a);
   }
   for (int64_t r0 = 0; r0 < m;) {
     RETURN_IF_ERROR(CheckCancelled());
-    const int64_t r1 = PieceEnd(r0, m, a.q_row0, a.kv_row0, a.k.rows, a.mask, per_pair);
+    const int64_t r1 = PieceEnd(r0, m, a.q_row0, a.kv_row0, a.k.rows, a.mask, a.intervals,
+                                a.q.batch, per_pair);
     ForwardArgs p = a;
     p.q = a.q.Slice(r0, r1 - r0);
     p.q_row0 = a.q_row0 + r0;
@@ -58,16 +78,18 @@ absl::Status CancellableBackend::Forward(const ForwardArgs& a) {
 
 absl::Status CancellableBackend::Backward(const BackwardArgs& a) {
   RETURN_IF_ERROR(CheckCancelled());
+  if (a.mask == MaskKind::kIntervals) RETURN_IF_ERROR(ValidateBackward(a));
   const int64_t m = a.q.rows;
   const double per_pair = 2.5 * 4.0 * a.q.batch * a.q.heads * a.q.head_dim;
   if (m <= kRowBlock ||
-      per_pair * static_cast<double>(VisiblePairs(a.q_row0, m, a.kv_row0, a.k.rows, a.mask)) <=
+      per_pair * Pairs(a.mask, a.intervals, a.q.batch, a.q_row0, m, a.kv_row0, a.k.rows) <=
           flops_per_piece_) {
     return inner_->Backward(a);
   }
   for (int64_t r0 = 0; r0 < m;) {
     RETURN_IF_ERROR(CheckCancelled());
-    const int64_t r1 = PieceEnd(r0, m, a.q_row0, a.kv_row0, a.k.rows, a.mask, per_pair);
+    const int64_t r1 = PieceEnd(r0, m, a.q_row0, a.kv_row0, a.k.rows, a.mask, a.intervals,
+                                a.q.batch, per_pair);
     BackwardArgs p = a;
     p.q = a.q.Slice(r0, r1 - r0);
     p.q_row0 = a.q_row0 + r0;

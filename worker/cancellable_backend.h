@@ -62,8 +62,9 @@ class CancellableBackend final : public AttentionBackend {
  private:
   // End of the piece of query rows starting at `r0` (of m): at least one 64-row block, at most
   // flops_per_piece_ worth of visible (query, key) pairs.
+  // kIntervals: the pairs the unit's interval arrays (host memory) let through.
   int64_t PieceEnd(int64_t r0, int64_t m, int64_t q_row0, int64_t kv_row0, int64_t n, MaskKind mask,
-                   double flops_per_row_pair) const;
+                   const MaskIntervals& intervals, int batch, double flops_per_row_pair) const;
   absl::Status CheckCancelled() const;
 
   std::unique_ptr<AttentionBackend> inner_;

@@ -31,10 +31,23 @@ absl::Status JobRunner::Prepare(WorkerSession* s, const v1::RunJobRequest& req) 
         "session_id = '", s->id, "' already runs job '", s->running_job_id, "'"));
   }
   if (req.kind() == v1::JOB_FORWARD) {
+    if (s->inputs_consumed &&
+        !(s->q_rows.complete() && s->k_rows.complete() && s->v_rows.complete())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a forward job needs TENSOR_Q, TENSOR_K and TENSOR_V on this worker: inputs were "
+          "overwritten by gradients; upload q/k/v again (the backward of session '", s->id,
+          "' left dQ, dK, dV in their memory)"));
+    }
     RETURN_IF_ERROR(CheckCovered(s->q_rows, "TENSOR_Q", "a forward job"));
     RETURN_IF_ERROR(CheckCovered(s->k_rows, "TENSOR_K", "a forward job"));
     RETURN_IF_ERROR(CheckCovered(s->v_rows, "TENSOR_V", "a forward job"));
   } else {
+    if (!s->forward_done && s->inputs_consumed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kind = JOB_BACKWARD: the last backward of session '", s->id,
+          "' consumed the forward's state (its gradients took the memory of Q, K, V and O); "
+          "upload q/k/v again and run the forward"));
+    }
     if (!s->forward_done) {
       return absl::FailedPreconditionError(absl::StrCat(
           "kind = JOB_BACKWARD before a forward job completed on session '", s->id,
@@ -94,6 +107,7 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   }
 
   absl::StatusOr<PassStats> result;
+  bool ran_executor = false;
   (void)s->transport->TakeDeviceIdleSeconds();  // drop what an earlier, failed job left
   const absl::Time job_start = absl::Now();
   absl::Time executor_start = job_start;
@@ -108,10 +122,13 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
     } else {
       ExecutorOptions opts;
       opts.softmax_scale = s->spec.softmax_scale();
+      if (s->step_tokens > 0) opts.step_tokens = s->step_tokens;
       opts.step_timeout = step_timeout_;
       opts.cancel = &s->cancel;
+      if (s->mask != nullptr) opts.mask_intervals = s->mask->intervals();
       PlanExecutor executor(s->backend.get(), *transport, s->storage.get(), opts);
       executor_start = absl::Now();
+      ran_executor = true;
       result = forward ? executor.RunForward(s->plan) : executor.RunBackward(s->plan);
     }
   }
@@ -142,8 +159,18 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
     if (forward) {
       s->forward_done = result.ok();
       s->backward_done = false;
+      if (result.ok()) s->inputs_consumed = false;
     } else {
       s->backward_done = result.ok();
+      if (ran_executor) {
+        // The backward writes its gradients into the memory of Q, K, V (and over O), also when
+        // it fails half-way: the inputs and the forward's state are gone.
+        s->inputs_consumed = true;
+        s->forward_done = false;
+        s->q_rows.Clear();
+        s->k_rows.Clear();
+        s->v_rows.Clear();
+      }
     }
   }
   if (!result.ok()) {

@@ -1,10 +1,10 @@
 #include "worker/registrar.h"
 
 #include <algorithm>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/log.h"
 #include "grpcpp/client_context.h"
 
 namespace dfa {
@@ -99,7 +99,7 @@ void Registrar::EndCall() {
 void Registrar::Warn(const std::string& what) {
   if (what == last_warning_) return;
   last_warning_ = what;
-  std::cerr << "dfa-worker " << registration_.worker_id() << ": " << what << std::endl;
+  DFA_LOG(WARNING) << "worker " << registration_.worker_id() << ": " << what;
 }
 
 bool Registrar::Register(absl::Duration* period) {
@@ -124,8 +124,9 @@ bool Registrar::Register(absl::Duration* period) {
     ++registrations_;
     registered_until_ = sent + lease;
   }
-  std::cerr << "dfa-worker " << registration_.worker_id() << " registered with " << coordinator_
-            << " (lease " << absl::FormatDuration(lease) << ")" << std::endl;
+  DFA_LOG(INFO) << "worker " << registration_.worker_id() << " registered with " << coordinator_
+                << " as " << registration_.address() << " (lease " << absl::FormatDuration(lease)
+                << ")";
   return true;
 }
 
@@ -167,6 +168,10 @@ void Registrar::Loop() {
     const grpc::Status st = stub_->Heartbeat(&ctx, req, &resp);
     EndCall();
     if (st.ok()) {
+      if (!last_warning_.empty()) {
+        DFA_LOG(INFO) << "worker " << registration_.worker_id() << ": heartbeats to "
+                      << coordinator_ << " answered again";
+      }
       last_warning_.clear();
       if (resp.lease_ms() > 0) {
         period = std::max(absl::Milliseconds(resp.lease_ms()) / 3, kMinPeriod);
@@ -178,9 +183,9 @@ void Registrar::Loop() {
       }
       next_heartbeat = started + period;
     } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
-      std::cerr << "dfa-worker " << registration_.worker_id()
-                << ": coordinator does not know us (" << st.error_message()
-                << "); dropping our sessions and registering again" << std::endl;
+      DFA_LOG(WARNING) << "worker " << registration_.worker_id() << ": coordinator "
+                       << coordinator_ << " does not know us (" << st.error_message()
+                       << "); dropping our sessions and registering again";
       {
         std::lock_guard<std::mutex> l(mu_);
         registered_until_ = absl::InfinitePast();

@@ -16,7 +16,8 @@ namespace {
 constexpr int kMaxIdLength = 256;
 // A worker takes any spec the coordinator's limits allow; these only keep byte counts in range.
 constexpr SpecLimits kWorkerSpecLimits{/*max_seq_len=*/int64_t{1} << 40, /*max_batch=*/1 << 20,
-                                       /*max_heads=*/1 << 16, /*max_head_dim=*/kMaxHeadDim};
+                                       /*max_heads=*/1 << 16, /*max_head_dim=*/kMaxHeadDim,
+                                       /*max_documents=*/int64_t{1} << 30};
 
 // Frees the session's memory back to the budget once the last user lets go.
 struct SessionDeleter {
@@ -70,6 +71,9 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
   if (!plan.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("plan: ", plan.status().message()));
   }
+  // The plan's mask is the spec's (documents, window): checked and run under it.
+  const MaskSpec mask_spec = MaskSpecOf(req.spec());
+  plan->mask_spec = mask_spec;
   CheckOptions check;
   check.shape = ShapeOf(req.spec());
   auto report = CheckPlan(*plan, check);
@@ -94,9 +98,13 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
     return absl::ResourceExhaustedError(
         absl::StrCat("session needs about ", approx, " bytes on this worker"));
   }
-  const int64_t scratch = std::max(report->peak_forward_bytes[req.rank()],
-                                   report->peak_backward_bytes[req.rank()]);
-  const int64_t bytes = SessionStorageBytes(shape, rows) + scratch;
+  // What the session will peak at here (core/planner/worker_memory.h): the storage with the work
+  // region its plan needs, the backward's key chunk, the executor's peak scratch.
+  ASSIGN_OR_RETURN(const WorkerMemory memory,
+                   PlanWorkerMemory(*plan, req.rank(), shape, *report, step_tokens_));
+  // A masked spec's interval arrays (worker/session_mask.h) besides.
+  const int64_t bytes =
+      memory.peak() + SessionMask::Bytes(mask_spec, shape.batch, req.spec().seq_len());
   {
     std::lock_guard<std::mutex> l(mu_);
     if (sessions_.count(req.session_id())) {
@@ -127,8 +135,12 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
     s->backend = std::make_unique<CancellableBackend>(std::move(s->backend), &s->cancel,
                                                       cancel_piece_flops_);
   }
-  ASSIGN_OR_RETURN(s->storage, SessionStorage::Create(s->backend.get(), shape, owned));
+  s->step_tokens = step_tokens_;
+  ASSIGN_OR_RETURN(s->storage,
+                   SessionStorage::Create(s->backend.get(), shape, owned, memory.layout));
   ASSIGN_OR_RETURN(s->transport, CreateSessionTransport(backend_name_, req, cuda_device_));
+  ASSIGN_OR_RETURN(s->mask, SessionMask::Create(s->backend.get(), mask_spec, shape.batch,
+                                                 req.spec().seq_len()));
   const int64_t pairs = int64_t{shape.batch} * rows;
   for (RowCoverage* c : {&s->q_rows, &s->k_rows, &s->v_rows, &s->dout_rows}) c->Reset(pairs);
 

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/planner/worker_memory.h"
 #include "dfa/v1/worker.pb.h"
 #include "kernels/attention_backend.h"
 #include "worker/memory_budget.h"
@@ -77,6 +78,9 @@ class SessionRegistry {
   // (<= 0: units are not cut; cancellation then waits for the running step). Set before the
   // registry serves; the default assumes all cores.
   void set_cancel_piece_flops(double flops) { cancel_piece_flops_ = flops; }
+  // Key rows per chunk of a chunked backward (dfa-worker --step_tokens; core/planner/
+  // worker_memory.h): sizes the sessions opened from now on and their backward passes.
+  void set_step_tokens(int64_t rows) { step_tokens_ = rows; }
   // Counts sessions and their file descriptors before one is built (RESOURCE_EXHAUSTED over
   // its limits; worker/session_admission.h). Null: not counted. Set before the registry serves.
   void set_admission(SessionAdmission* admission) { admission_ = admission; }
@@ -87,6 +91,7 @@ class SessionRegistry {
   MemoryBudget* budget_;
   BackendFactory make_backend_;
   double cancel_piece_flops_;
+  int64_t step_tokens_ = kDefaultStepTokens;
   SessionAdmission* admission_ = nullptr;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<WorkerSession>> sessions_;

@@ -199,7 +199,14 @@ absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind) {
     return absl::InvalidArgumentError(
         absl::StrCat("kind = ", static_cast<int>(kind), " is not a tensor kind"));
   }
-  if ((kind == v1::TENSOR_O || kind == v1::TENSOR_LSE) && !s.forward_done) {
+  const bool input = kind == v1::TENSOR_Q || kind == v1::TENSOR_K || kind == v1::TENSOR_V;
+  if (s.inputs_consumed && (kind == v1::TENSOR_O || input)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kind = ", KindName(kind), ": consumed by the backward job (its memory holds the "
+        "gradients: download O after the forward; upload q/k/v again for the next forward)"));
+  }
+  if ((kind == v1::TENSOR_O || kind == v1::TENSOR_LSE) && !s.forward_done &&
+      !(kind == v1::TENSOR_LSE && s.inputs_consumed && s.backward_done)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "kind = ", KindName(kind), ": no forward job has run on the current inputs"));
   }

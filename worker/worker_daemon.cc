@@ -7,7 +7,6 @@
 #include <cctype>
 #include <functional>
 #include <condition_variable>
-#include <iostream>
 #include <mutex>
 
 #include "absl/strings/numbers.h"
@@ -17,6 +16,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
+#include "core/log.h"
 #include "core/observability/metrics_http_server.h"
 #include "core/observability/readiness.h"
 #include "core/random_id.h"
@@ -82,6 +82,29 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
     return absl::InvalidArgumentError(absl::StrCat("memory_limit = '", text, "' is too large"));
   }
   return n << shift;
+}
+
+absl::Status ParseDeviceMemoryLimit(const std::string& text, int64_t* bytes, double* fraction) {
+  *bytes = 0;
+  *fraction = 0;
+  double f = 0;
+  if (text.find('.') != std::string::npos || text == "1") {
+    if (!absl::SimpleAtod(text, &f) || !(f > 0) || f > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device_memory_limit = '", text,
+          "': a fraction of the device's memory must be in (0, 1]; a size needs a unit (40G)"));
+    }
+    *fraction = f;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> n = ParseBytes(text);
+  if (!n.ok() || *n <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device_memory_limit = '", text,
+        "' is neither a size (40G, 512M) nor a fraction of the device's memory (0.5)"));
+  }
+  *bytes = *n;
+  return absl::OkStatus();
 }
 
 class WorkerDaemon::Impl {
@@ -153,7 +176,7 @@ class WorkerDaemon::Impl {
       server->Wait();
     }
     if (sessions) sessions->CloseAll();
-    if (pool_report) std::cerr << pool_report() << std::endl;
+    if (pool_report) DFA_LOG(INFO) << pool_report();
     http.Stop();
     std::lock_guard<std::mutex> l(mu);
     shut_down = true;
@@ -194,6 +217,10 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   if (!(o.speed > 0) || o.speed > 1e6) {
     return absl::InvalidArgumentError(absl::StrCat("speed = ", o.speed, " must be > 0"));
   }
+  if (o.step_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step_tokens = ", o.step_tokens, " must be >= 1"));
+  }
   if (o.metrics_port < -1 || o.metrics_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("metrics_port = ", o.metrics_port, " must be in [0, 65535]"));
@@ -210,6 +237,16 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
     }
     impl->backend_name = std::string((*probe)->Name());
   }
+  if (!o.device_memory_limit.empty()) {
+    int64_t b = 0;
+    double f = 0;
+    RETURN_IF_ERROR(ParseDeviceMemoryLimit(o.device_memory_limit, &b, &f));
+    if (impl->backend_name != "cuda" && impl->backend_name != "cudnn") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device_memory_limit = '", o.device_memory_limit, "' is for cuda or cudnn workers; ",
+          "backend '", impl->backend_name, "' holds sessions in host memory (--memory_limit)"));
+    }
+  }
   int64_t limit =
       o.memory_limit_bytes > 0 ? o.memory_limit_bytes : DefaultMemoryLimit(o.workers_per_host);
   std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()> make_backend =
@@ -218,15 +255,24 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   if (impl->backend_name == "cuda" || impl->backend_name == "cudnn") {
     // Sessions of a GPU worker live in one device memory pool (worker/gpu/): no cudaMalloc or
     // cudaFree inside a job. Its size is the memory limit (default: free device memory).
+    // --device_memory_limit (bytes or a fraction of the device) sizes it when given, so that
+    // a training process can share the GPU.
+    int64_t device_bytes = std::max<int64_t>(0, o.memory_limit_bytes);
+    double device_fraction = 0;
+    if (!o.device_memory_limit.empty()) {
+      RETURN_IF_ERROR(
+          ParseDeviceMemoryLimit(o.device_memory_limit, &device_bytes, &device_fraction));
+    }
+    auto pool_bytes = DevicePoolBytes(o.cuda_device, device_bytes, device_fraction);
+    if (!pool_bytes.ok()) return pool_bytes.status();
     std::shared_ptr<DeviceMemoryPool> pool;
-    auto factory = MakePooledCudaBackendFactory(
-        bo, static_cast<size_t>(std::max<int64_t>(0, o.memory_limit_bytes)), size_t{8} << 30,
-        &pool, impl->backend_name);
+    auto factory = MakePooledCudaBackendFactory(bo, *pool_bytes, size_t{8} << 30, &pool,
+                                                impl->backend_name);
     if (!factory.ok()) return factory.status();
     make_backend = *std::move(factory);
     limit = static_cast<int64_t>(pool->capacity());
     impl->pool_report = [pool] {
-      return absl::StrCat("dfa-worker: device memory pool capacity ", pool->capacity(),
+      return absl::StrCat("device memory pool capacity ", pool->capacity(),
                           " bytes, peak used ", pool->peak_used(), " bytes");
     };
   }
@@ -262,6 +308,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
   if (o.threads > 0) {
     impl->sessions->set_cancel_piece_flops(CancellableBackend::kFlopsPerThreadPiece * o.threads);
   }
+  impl->sessions->set_step_tokens(o.step_tokens);
   impl->jobs = std::make_unique<JobRunner>(impl->sessions.get(), nullptr, o.step_timeout);
   impl->service = std::make_unique<WorkerServiceImpl>(impl->sessions.get(), impl->jobs.get(),
                                                       impl->budget.get(), nullptr);

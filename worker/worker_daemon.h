@@ -16,6 +16,7 @@
 
 #include "absl/time/time.h"
 #include "core/status.h"
+#include "core/planner/worker_memory.h"
 #include "core/rpc_security.h"
 #include "worker/session_admission.h"
 #include "worker/stream_limits.h"
@@ -31,10 +32,17 @@ struct WorkerOptions {
   int cuda_device = 0;
   int64_t memory_limit_bytes = 0;      // 0: DefaultMemoryLimit(workers_per_host), memory_budget.h
   int workers_per_host = 1;            // workers sharing this host's memory (the default above)
+  // GPU workers: the device memory pool's size (--device_memory_limit), so that a worker shares
+  // its GPU with another process (a training job): bytes ("40G") or a fraction of the device's
+  // total memory ("0.5"); ParseDeviceMemoryLimit. Empty: memory_limit_bytes when set, else all
+  // free device memory but 8 GiB.
+  std::string device_memory_limit;
   int metrics_port = -1;               // -1: no metrics endpoint; 0: pick a free port
   std::string worker_id;               // default: worker-<host>-<port>
   double speed = 1.0;
   absl::Duration step_timeout = absl::Seconds(120);
+  // Key rows per chunk of a chunked backward (--step_tokens; core/planner/worker_memory.h).
+  int64_t step_tokens = kDefaultStepTokens;
   absl::Duration shutdown_grace = absl::Seconds(1);  // in-flight RPCs, after jobs are cancelled
   // TLS files (--tls_cert/--tls_key/--tls_ca, --tls_server_name). Set: the server requires
   // client certificates signed by the CA (mTLS) and the registrar's channel to the coordinator
@@ -81,5 +89,10 @@ class WorkerDaemon {
 
 // Parses "123", "64K", "512M", "8G", "1T" (powers of 1024; "KiB"/"MB" spellings accepted).
 absl::StatusOr<int64_t> ParseBytes(const std::string& text);
+
+// --device_memory_limit: a number in (0, 1] is a fraction of the device's total memory
+// (*fraction set, *bytes 0); anything else is a size for ParseBytes ("40G"; *bytes set).
+// INVALID_ARGUMENT naming device_memory_limit otherwise.
+absl::Status ParseDeviceMemoryLimit(const std::string& text, int64_t* bytes, double* fraction);
 
 }  // namespace dfa

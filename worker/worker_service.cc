@@ -41,12 +41,40 @@ grpc::Status WorkerServiceImpl::RunJob(grpc::ServerContext* ctx, const v1::RunJo
                                        v1::WorkerJobStats* resp) {
   absl::StatusOr<v1::WorkerJobStats> r = [&]() -> absl::StatusOr<v1::WorkerJobStats> {
     // An empty id is JobRunner's to refuse (INVALID_ARGUMENT naming it).
+    std::shared_ptr<WorkerSession> s;
     if (!req->session_id().empty()) {
-      RETURN_IF_ERROR(
-          sessions_->FindForCoordinator(req->session_id(), PresentedCapability(*ctx)).status());
+      ASSIGN_OR_RETURN(s,
+                       sessions_->FindForCoordinator(req->session_id(), PresentedCapability(*ctx)));
     }
+#ifdef DFA_HAVE_NCCL
+    // The session's bound CUDA IPC inputs are copied in as the job starts, its bound outputs
+    // written out before this reply (Worker.BindDeviceTensors).
+    BoundTransferStats in, out;
+    if (s != nullptr) {
+      std::lock_guard<std::mutex> l(s->mu);
+      if (!s->job_running) RETURN_IF_ERROR(RunBoundTransfers(s.get(), req->kind(), true, &in));
+    }
+    ASSIGN_OR_RETURN(v1::WorkerJobStats stats,
+                     jobs_->Run(*req, [ctx] { return ctx->IsCancelled(); }));
+    if (s != nullptr) {
+      std::lock_guard<std::mutex> l(s->mu);
+      RETURN_IF_ERROR(RunBoundTransfers(s.get(), req->kind(), false, &out));
+    }
+    if (in.bytes + out.bytes > 0) {
+      stats.set_device_transfer_seconds(in.seconds + out.seconds);
+      stats.set_device_transfer_bytes(in.bytes + out.bytes);
+      if (WorkerMetrics* m = metrics_.load()) {
+        m->AddClientBytes("upload", "cuda_ipc", static_cast<double>(in.bytes));
+        m->AddClientBytes("download", "cuda_ipc", static_cast<double>(out.bytes));
+      }
+    }
+    return stats;
+#else
     return jobs_->Run(*req, [ctx] { return ctx->IsCancelled(); });
+#endif
   }();
+  // A session closed while this job ran frees its memory only now, when the job lets go of it.
+  UpdateGauges();
   if (r.ok()) *resp = *std::move(r);
   return Finish("RunJob", r.status());
 }
@@ -212,6 +240,62 @@ grpc::Status WorkerServiceImpl::DeviceTransfer(grpc::ServerContext* ctx,
     }
   }
   return Finish("DeviceTransfer", bytes.status());
+}
+
+grpc::Status WorkerServiceImpl::BindDeviceTensors(grpc::ServerContext* ctx,
+                                                  const v1::BindDeviceTensorsRequest* req,
+                                                  v1::BindDeviceTensorsResponse* resp) {
+  absl::StatusOr<int64_t> bytes = [&]() -> absl::StatusOr<int64_t> {
+    ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
+                     sessions_->FindForClient(req->session_id(), req->client_id(),
+                                              PresentedCapability(*ctx)));
+#ifdef DFA_HAVE_NCCL
+    std::lock_guard<std::mutex> l(s->mu);
+    RETURN_IF_ERROR(CheckIdle(*s));
+    return ::dfa::BindDeviceTensors(s.get(), *req);
+#else
+    return absl::FailedPreconditionError(
+        "this worker was built without CUDA: CUDA IPC bindings need a cuda worker; use "
+        "SharedMemoryTransfer or Upload/Download");
+#endif
+  }();
+  if (bytes.ok()) resp->set_bytes_per_job(*bytes);
+  return Finish("BindDeviceTensors", bytes.status());
+}
+
+grpc::Status WorkerServiceImpl::JoinClientGroup(grpc::ServerContext* ctx,
+                                                const v1::WorkerJoinClientGroupRequest* req,
+                                                v1::WorkerJoinClientGroupResponse*) {
+  absl::Status st = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
+                     sessions_->FindForCoordinator(req->session_id(), PresentedCapability(*ctx)));
+    return client_groups_.Join(*s, *req);
+  }();
+  return Finish("JoinClientGroup", st);
+}
+
+grpc::Status WorkerServiceImpl::ClientGroupTransfer(grpc::ServerContext* ctx,
+                                                    const v1::ClientGroupTransferRequest* req,
+                                                    v1::ClientGroupTransferResponse* resp) {
+  absl::StatusOr<int64_t> bytes = [&]() -> absl::StatusOr<int64_t> {
+    ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
+                     sessions_->FindForClient(req->session_id(), req->client_id(),
+                                              PresentedCapability(*ctx)));
+    std::string secret;
+    auto it = ctx->client_metadata().find(kClientGroupSecretMetadata);
+    if (it != ctx->client_metadata().end()) secret.assign(it->second.data(), it->second.size());
+    std::lock_guard<std::mutex> l(s->mu);
+    RETURN_IF_ERROR(CheckIdle(*s));
+    return client_groups_.Transfer(s.get(), *req, secret);
+  }();
+  if (bytes.ok()) {
+    resp->set_bytes(*bytes);
+    if (WorkerMetrics* m = metrics_.load()) {
+      m->AddClientBytes(req->upload() ? "upload" : "download", "nccl",
+                        static_cast<double>(*bytes));
+    }
+  }
+  return Finish("ClientGroupTransfer", bytes.status());
 }
 
 }  // namespace dfa

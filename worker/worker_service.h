@@ -22,6 +22,7 @@
 #include "worker/data_plane_reactors.h"
 #include "worker/job_runner.h"
 #include "worker/memory_budget.h"
+#include "worker/client_groups.h"
 #include "worker/session_registry.h"
 #include "worker/worker_metrics.h"
 
@@ -71,6 +72,18 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   // CUDA.
   grpc::Status DeviceTransfer(grpc::ServerContext* ctx, const v1::DeviceTransferRequest* req,
                               v1::DeviceTransferResponse* resp) override;
+  // Standing CUDA IPC transfers of a session's jobs (worker/gpu/device_transfer.h); RunJob does
+  // them around the job. FAILED_PRECONDITION when built without CUDA.
+  grpc::Status BindDeviceTensors(grpc::ServerContext* ctx,
+                                 const v1::BindDeviceTensorsRequest* req,
+                                 v1::BindDeviceTensorsResponse* resp) override;
+  // The NCCL path of a client on another host (worker/client_groups.h).
+  grpc::Status JoinClientGroup(grpc::ServerContext* ctx,
+                               const v1::WorkerJoinClientGroupRequest* req,
+                               v1::WorkerJoinClientGroupResponse* resp) override;
+  grpc::Status ClientGroupTransfer(grpc::ServerContext* ctx,
+                                   const v1::ClientGroupTransferRequest* req,
+                                   v1::ClientGroupTransferResponse* resp) override;
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& st);
@@ -82,6 +95,7 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   JobRunner* jobs_;
   MemoryBudget* budget_;
   std::atomic<WorkerMetrics*> metrics_;
+  ClientGroups client_groups_;
 };
 
 }  // namespace dfa

@@ -22,6 +22,7 @@
 #include "kernels/attention_backend.h"
 #include "worker/executor/session_storage.h"
 #include "worker/session_admission.h"
+#include "worker/session_mask.h"
 #include "worker/transport/session_transport.h"
 #include "worker/shm_mappings.h"
 
@@ -73,6 +74,8 @@ struct WorkerSession {
   HeadRange q_heads;
   HeadRange kv_heads;
   int64_t bytes_reserved = 0;
+  // Key rows per chunk of a chunked backward (the storage was sized for it).
+  int64_t step_tokens = 0;
   // The session's share of the worker's sessions and file descriptors
   // (worker/session_admission.h); declared before what uses them, so it is released after the
   // transport, storage and backend are gone.
@@ -80,18 +83,26 @@ struct WorkerSession {
   std::unique_ptr<AttentionBackend> backend;
   std::unique_ptr<SessionStorage> storage;
   std::unique_ptr<SessionTransport> transport;
+  // The spec's mask; its interval arrays (non-dense masks) live in the backend's memory.
+  std::unique_ptr<SessionMask> mask;
 
   std::mutex mu;
   bool job_running = false;        // guarded by mu
   std::string running_job_id;      // guarded by mu
   bool forward_done = false;       // O and LSE hold the forward of the current Q, K, V
   bool backward_done = false;      // dQ, dK, dV hold the backward of the current dO
+  // A backward has run since Q, K, V were last complete: it wrote the gradients into their
+  // memory (and over O), so Q, K, V, O are gone until Q, K, V are uploaded again.
+  bool inputs_consumed = false;
   RowCoverage q_rows, k_rows, v_rows, dout_rows;  // guarded by mu
   std::atomic<bool> cancel{false};  // set by CancelJob for the running job
   ShmMappings shm_mappings;  // shared-memory segments made for the session; thread-safe itself
   // Client CUDA allocations opened by Worker.DeviceTransfer (worker/gpu/device_transfer.h);
   // made on first use, guarded by mu; closed when the session is destroyed.
   std::shared_ptr<CudaIpcImporter> cuda_ipc;
+  // Standing CUDA IPC transfers done inside every job of a kind (Worker.BindDeviceTensors,
+  // worker/gpu/device_transfer.h), guarded by mu.
+  std::vector<v1::DeviceTransferRequest> bound_forward, bound_backward;
 };
 
 }  // namespace dfa

@@ -1,9 +1,11 @@
 // `dfa bench`: data-plane rates (gRPC stream and shared memory, beside this machine's memcpy
 // rate) and attention throughput of the service on seeded synthetic resident inputs against the
-// single-process CPU kernel on the same problem (the service's overhead).
+// single-process CPU kernel on the same problem (the service's overhead). As text while it runs,
+// or with --json as one JSON document at the end (bench_report.h).
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,13 +17,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/cli/bench_report.h"
 #include "client/cli/cluster_hold.h"
 #include "client/cli/commands.h"
 #include "client/cli/host_memory.h"
 #include "client/cli/interrupt.h"
 #include "client/cli/job_flags.h"
+#include "client/cli/offload_bench.h"
 #include "client/cli/training_run.h"
 #include "client/local_cluster.h"
+#include "client/verify.h"
 #include "kernels/attention_backend.h"
 
 namespace dfa::cli {
@@ -59,12 +64,23 @@ double ProcessCpuSeconds(const std::vector<pid_t>& pids) {
   return total;
 }
 
-struct Rate {
-  double best_gbps = 0;
-  double client_cpu_per_gb = 0;  // mean over the repeats
-  double worker_cpu_per_gb = 0;
-  int64_t bytes = 0;
-  int64_t pieces = 0;
+using Rate = BenchRate;
+
+// The text output, silent under --json (stdout then carries the JSON document alone).
+class TextOut {
+ public:
+  explicit TextOut(bool quiet) : quiet_(quiet) {}
+  void operator()(const char* format, ...) const __attribute__((format(printf, 2, 3))) {
+    if (quiet_) return;
+    va_list args;
+    va_start(args, format);
+    std::vprintf(format, args);
+    va_end(args);
+  }
+  bool quiet() const { return quiet_; }
+
+ private:
+  const bool quiet_;
 };
 
 // Best of `repeats` runs of fn, and the mean CPU seconds per GB of this process and `workers`.
@@ -105,10 +121,14 @@ double MemcpyRate(int64_t bytes, int repeats) {
 // Data-plane rates: upload and download through gRPC and shared memory, one worker's shard and
 // all workers in parallel, each line best of `repeats`, beside memcpy measured in this run.
 // CPU s/GB counts this process (client) and, when their pids are known, the workers.
-absl::Status BenchTransfers(client::Client* c, int workers, const std::string& schedule,
-                            int64_t mib, int repeats, const std::vector<pid_t>& worker_pids) {
-  std::printf("\n== client data plane (%lld MiB per tensor; streams to workers in parallel) ==\n",
-              static_cast<long long>(mib));
+absl::Status RunTransfers(client::Client* c, int workers, const std::string& schedule,
+                          int64_t mib, int repeats, const std::vector<pid_t>& worker_pids,
+                          const TextOut& text, BenchTransfers* out) {
+  text("\n== client data plane (%lld MiB per tensor; streams to workers in parallel) ==\n",
+       static_cast<long long>(mib));
+  out->tensor_mib = mib;
+  out->repeats = repeats;
+  out->workers_measured = !worker_pids.empty();
   // Rows of 8 KiB (32 heads x 128 x bf16) and 512-token ranges per worker and batch index, so
   // gRPC chunks are full-size (4 MiB); S small enough that the forward (needed before O can be
   // downloaded) stays cheap.
@@ -130,18 +150,32 @@ absl::Status BenchTransfers(client::Client* c, int workers, const std::string& s
   ClusterHold hold(c);
   ASSIGN_OR_RETURN(auto session, c->CreateSession(so));
   hold.SetSession(session.get());
-  std::printf("session schedule %s\n", session->info().plan().schedule().c_str());
+  out->schedule = session->info().plan().schedule();
+  text("session schedule %s\n", out->schedule.c_str());
   ASSIGN_OR_RETURN(client::HostTensor q, client::MakeTensor(spec, v1::TENSOR_Q));
   client::FillRandom(11, &q);
+  out->tensor_bytes = static_cast<int64_t>(q.bytes.size());
   // memcpy is measured before and after the transfers and the better figure kept: on a shared
   // machine it swings as much as the transfers do, and the higher one is the stricter yardstick.
   double memcpy_rate = MemcpyRate(static_cast<int64_t>(q.bytes.size()), repeats);
-  std::vector<std::pair<std::string, Rate>> lines;
-  auto report = [&](const std::string& what, const Rate& r) { lines.emplace_back(what, r); };
+  const std::string n = absl::StrCat(workers);
+  // direction "upload"/"download", path "grpc"/"shm", all: every worker (else rank 0 alone).
+  auto report = [&](const char* direction, const char* path, bool all, const Rate& r) {
+    BenchTransferLine line;
+    line.direction = direction;
+    line.path = path;
+    line.all_workers = all;
+    line.label = absl::StrCat(line.direction == "upload" ? "upload   " : "download ",
+                              line.path == "grpc" ? "gRPC, " : "shared memory, ",
+                              all ? n : std::string("1"), " ",
+                              line.path == "grpc" ? (all ? "streams" : "stream")
+                                                  : (all ? "workers" : "worker"));
+    line.rate = r;
+    out->lines.push_back(std::move(line));
+  };
   client::TransferOptions grpc_path, shm_path;
   grpc_path.path = client::TransferPath::kGrpc;
   shm_path.path = client::TransferPath::kSharedMemory;
-  const std::string n = absl::StrCat(workers);
   // Rank 0's shard alone: one stream / one worker.
   client::WorkerDataClient& data = session->DataClient(0);
   const std::vector<v1::RowRange> owned(session->info().shards(0).owned().begin(),
@@ -150,17 +184,17 @@ absl::Status BenchTransfers(client::Client* c, int workers, const std::string& s
   ASSIGN_OR_RETURN(Rate r, Measure(repeats, worker_pids, [&] {
                      return data.UploadGrpc(v1::TENSOR_Q, q, owned, client::kDefaultChunkBytes, {});
                    }));
-  report("upload   gRPC, 1 stream", r);
+  report("upload", "grpc", false, r);
   ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids,
                               [&] { return session->Upload(v1::TENSOR_Q, q, grpc_path); }));
-  report("upload   gRPC, " + n + " streams", r);
+  report("upload", "grpc", true, r);
   ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids, [&] {
                      return data.UploadShm(v1::TENSOR_Q, q, owned, shm_bytes, {});
                    }));
-  report("upload   shared memory, 1 worker", r);
+  report("upload", "shm", false, r);
   ASSIGN_OR_RETURN(
       r, Measure(repeats, worker_pids, [&] { return session->Upload(v1::TENSOR_Q, q, shm_path); }));
-  report("upload   shared memory, " + n + " workers", r);
+  report("upload", "shm", true, r);
   // Downloads of Q (what was uploaded: the round trip must be exact) through both paths.
   ASSIGN_OR_RETURN(client::HostTensor q1, client::MakeTensor(spec, v1::TENSOR_Q));
   client::HostTensor q2 = q1;
@@ -168,44 +202,51 @@ absl::Status BenchTransfers(client::Client* c, int workers, const std::string& s
                      return data.DownloadGrpc(v1::TENSOR_Q, owned, client::kDefaultChunkBytes, &q1,
                                               {});
                    }));
-  report("download gRPC, 1 stream", r);
+  report("download", "grpc", false, r);
   ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids,
                               [&] { return session->Download(v1::TENSOR_Q, &q1, grpc_path); }));
-  report("download gRPC, " + n + " streams", r);
+  report("download", "grpc", true, r);
   ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids, [&] {
                      return data.DownloadShm(v1::TENSOR_Q, owned, shm_bytes, &q2, {});
                    }));
-  report("download shared memory, 1 worker", r);
+  report("download", "shm", false, r);
   ASSIGN_OR_RETURN(r, Measure(repeats, worker_pids,
                               [&] { return session->Download(v1::TENSOR_Q, &q2, shm_path); }));
-  report("download shared memory, " + n + " workers", r);
+  report("download", "shm", true, r);
   memcpy_rate = std::max(memcpy_rate, MemcpyRate(static_cast<int64_t>(q.bytes.size()), repeats));
-  std::printf("best of %d per line; CPU s/GB: mean over the runs, this process (client) + %s\n",
-              repeats, worker_pids.empty() ? "(workers not measured)" : "the worker processes");
-  std::printf("%-34s %6.2f GB/s  (best before and after the transfers)\n",
-              "memcpy, 1 thread (this machine)", memcpy_rate);
-  for (const auto& [what, r] : lines) {
-    std::printf(
-        "%-34s %6.2f GB/s  (%3.0f%% of memcpy)  CPU s/GB client %.2f + workers %.2f"
-        "  (%.1f MiB, %lld pieces)\n",
-        what.c_str(), r.best_gbps, 100 * r.best_gbps / memcpy_rate, r.client_cpu_per_gb,
-        r.worker_cpu_per_gb, r.bytes / 1048576.0, static_cast<long long>(r.pieces));
+  out->memcpy_gbps = memcpy_rate;
+  text("best of %d per line; CPU s/GB: mean over the runs, this process (client) + %s\n",
+       repeats, worker_pids.empty() ? "(workers not measured)" : "the worker processes");
+  text("%-34s %6.2f GB/s  (best before and after the transfers)\n",
+       "memcpy, 1 thread (this machine)", memcpy_rate);
+  for (const BenchTransferLine& line : out->lines) {
+    const Rate& r = line.rate;
+    text("%-34s %6.2f GB/s  (%3.0f%% of memcpy)  CPU s/GB client %.2f + workers %.2f"
+         "  (%.1f MiB, %lld pieces)\n",
+         line.label.c_str(), r.best_gbps, 100 * r.best_gbps / memcpy_rate, r.client_cpu_per_gb,
+         r.worker_cpu_per_gb, r.bytes / 1048576.0, static_cast<long long>(r.pieces));
   }
   if (q1.bytes != q.bytes || q2.bytes != q.bytes) {
     return absl::DataLossError(absl::StrCat("bench: Q downloaded through ",
                                             q1.bytes != q.bytes ? "gRPC" : "shared memory",
                                             " differs from the Q uploaded"));
   }
-  std::printf("round trip (upload, download) exact on both paths\n");
+  out->round_trip_exact = true;
+  text("round trip (upload, download) exact on both paths\n");
   hold.SetSession(nullptr);
   return session->Release();
 }
 
-absl::Status BenchAttention(client::Client* c, const JobFlags& flags, bool backward, int repeat,
-                            bool single, int single_threads) {
+absl::Status RunAttention(client::Client* c, const JobFlags& flags, bool backward, int repeat,
+                          bool single, int single_threads, const TextOut& text,
+                          BenchAttention* out) {
   const v1::AttentionSpec& spec = flags.session.spec;
-  std::printf("\n== attention: %s, seeded synthetic inputs resident on the workers ==\n",
-              DescribeSpec(spec).c_str());
+  out->spec = spec;
+  out->description = DescribeSpec(spec);
+  out->repeat = repeat;
+  out->backward = backward;
+  text("\n== attention: %s, seeded synthetic inputs resident on the workers ==\n",
+       DescribeSpec(spec).c_str());
   if (single) {
     // The single-process run: Q, K, V, dO in the spec's dtype, O, dQ, dK, dV and LSE, D in fp32.
     RETURN_IF_ERROR(CheckHostMemory(
@@ -216,28 +257,37 @@ absl::Status BenchAttention(client::Client* c, const JobFlags& flags, bool backw
   ClusterHold hold(c);
   ASSIGN_OR_RETURN(auto session, c->CreateSession(flags.session));
   hold.SetSession(session.get());
-  std::printf("session on %d workers, schedule %s\n", session->num_workers(),
-              session->info().plan().schedule().c_str());
+  out->workers = session->num_workers();
+  out->schedule = session->info().plan().schedule();
+  text("session on %d workers, schedule %s\n", out->workers, out->schedule.c_str());
   RETURN_IF_ERROR(session->GenerateInputs(flags.seed, backward));
   double best_fwd = 0, best_bwd = 0;
   const client::JobObserver track = [&hold](const v1::Job& j) {
     hold.SetJob(j.state() == v1::JOB_QUEUED || j.state() == v1::JOB_RUNNING ? j.job_id() : "");
   };
   for (int r = 0; r < repeat; ++r) {
+    // A backward leaves dQ, dK, dV where Q, K, V were (worker memory): inputs again first.
+    if (r > 0 && backward) RETURN_IF_ERROR(session->GenerateInputs(flags.seed, backward));
     ASSIGN_OR_RETURN(v1::Job f, session->Run(v1::JOB_FORWARD, track));
-    PrintJobReport("forward", f);
+    if (!text.quiet()) PrintJobReport("forward", f);
     best_fwd = std::max(best_fwd, f.flops() / std::max(1e-9, f.wall_seconds()));
+    out->jobs.push_back(std::move(f));
     if (backward) {
       ASSIGN_OR_RETURN(v1::Job b, session->Run(v1::JOB_BACKWARD, track));
-      PrintJobReport("backward", b);
+      if (!text.quiet()) PrintJobReport("backward", b);
       best_bwd = std::max(best_bwd, b.flops() / std::max(1e-9, b.wall_seconds()));
+      out->jobs.push_back(std::move(b));
     }
   }
+  out->best_forward_flops_per_second = best_fwd;
+  out->best_backward_flops_per_second = backward ? best_bwd : 0;
   hold.SetSession(nullptr);
   (void)session->Release();
   if (!single) return absl::OkStatus();
 
-  std::printf("\n== single process, CPU kernel, %d threads, same problem ==\n", single_threads);
+  text("\n== single process, CPU kernel, %d threads, same problem ==\n", single_threads);
+  BenchSingle& one = out->single.emplace();
+  one.threads = single_threads;
   ASSIGN_OR_RETURN(client::HostTensor q, client::MakeTensor(spec, v1::TENSOR_Q));
   ASSIGN_OR_RETURN(client::HostTensor k, client::MakeTensor(spec, v1::TENSOR_K));
   ASSIGN_OR_RETURN(client::HostTensor v, client::MakeTensor(spec, v1::TENSOR_V));
@@ -253,10 +303,12 @@ absl::Status BenchAttention(client::Client* c, const JobFlags& flags, bool backw
   client::HostTensor o = q;
   o.dtype = DType::kF32;
   o.bytes.assign(static_cast<size_t>(o.size_bytes()), 0);
-  const MaskKind mask = spec.causal() ? MaskKind::kCausal : MaskKind::kFull;
+  const client::HostMask host_mask(spec);  // documents and window: interval arrays
+  const MaskKind mask = host_mask.kind;
   ForwardArgs fa;
   fa.scale = client::EffectiveScale(spec);
   fa.mask = mask;
+  fa.intervals = host_mask.intervals();
   fa.q = q.View();
   fa.k = k.View();
   fa.v = v.View();
@@ -267,7 +319,9 @@ absl::Status BenchAttention(client::Client* c, const JobFlags& flags, bool backw
   RETURN_IF_ERROR(backend->Forward(fa));
   const double fwd_s = absl::ToDoubleSeconds(absl::Now() - t0);
   const double single_fwd = fwd_flops / fwd_s;
-  std::printf("forward   %.3f s  %.2f GFLOP/s\n", fwd_s, single_fwd / 1e9);
+  one.forward_seconds = fwd_s;
+  one.forward_flops_per_second = single_fwd;
+  text("forward   %.3f s  %.2f GFLOP/s\n", fwd_s, single_fwd / 1e9);
   double single_bwd = 0;
   if (backward) {
     client::HostTensor delta = lse, dq = o, dk = k, dv = v;
@@ -278,6 +332,7 @@ absl::Status BenchAttention(client::Client* c, const JobFlags& flags, bool backw
     BackwardArgs ba;
     ba.scale = fa.scale;
     ba.mask = mask;
+    ba.intervals = fa.intervals;
     ba.q = q.View();
     ba.k = k.View();
     ba.v = v.View();
@@ -292,19 +347,22 @@ absl::Status BenchAttention(client::Client* c, const JobFlags& flags, bool backw
     RETURN_IF_ERROR(backend->Backward(ba));
     const double bwd_s = absl::ToDoubleSeconds(absl::Now() - t0);
     single_bwd = 2.5 * fwd_flops / bwd_s;
-    std::printf("backward  %.3f s  %.2f GFLOP/s\n", bwd_s, single_bwd / 1e9);
+    one.backward_seconds = bwd_s;
+    one.backward_flops_per_second = single_bwd;
+    text("backward  %.3f s  %.2f GFLOP/s\n", bwd_s, single_bwd / 1e9);
   }
-  std::printf("\n== service vs single process (best of %d) ==\n", repeat);
-  std::printf("forward   service %.2f GFLOP/s  single %.2f GFLOP/s  ratio %.1f%%\n", best_fwd / 1e9,
-              single_fwd / 1e9, 100 * best_fwd / single_fwd);
+  text("\n== service vs single process (best of %d) ==\n", repeat);
+  text("forward   service %.2f GFLOP/s  single %.2f GFLOP/s  ratio %.1f%%\n", best_fwd / 1e9,
+       single_fwd / 1e9, 100 * best_fwd / single_fwd);
   if (backward) {
-    std::printf("backward  service %.2f GFLOP/s  single %.2f GFLOP/s  ratio %.1f%%\n",
-                best_bwd / 1e9, single_bwd / 1e9, 100 * best_bwd / single_bwd);
+    text("backward  service %.2f GFLOP/s  single %.2f GFLOP/s  ratio %.1f%%\n", best_bwd / 1e9,
+         single_bwd / 1e9, 100 * best_bwd / single_bwd);
   }
   return absl::OkStatus();
 }
 
 absl::Status Bench(Args& args) {
+  if (args.Has("offload")) return RunOffloadBench(args);  // its own flags: cli/offload_bench.h
   ASSIGN_OR_RETURN(std::string coordinator, args.GetString("coordinator", ""));
   ASSIGN_OR_RETURN(JobFlags flags, ParseJobFlags(args, 16384, 2));
   ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", 1, 0, 1024));
@@ -317,12 +375,15 @@ absl::Status Bench(Args& args) {
   ASSIGN_OR_RETURN(bool skip_transfer, args.GetBool("skip-transfer", false));
   ASSIGN_OR_RETURN(bool skip_attention, args.GetBool("skip-attention", false));
   ASSIGN_OR_RETURN(bool skip_single, args.GetBool("skip-single", false));
+  ASSIGN_OR_RETURN(bool json, args.GetBool("json", false));
   const int workers = flags.session.num_workers > 0 ? flags.session.num_workers : 2;
   ASSIGN_OR_RETURN(int64_t single_threads,
                    args.GetInt("single-threads", workers * std::max<int64_t>(1, threads), 1, 1024));
   ASSIGN_OR_RETURN(RpcSecurityOptions security, ParseSecurityFlags(args));
   RETURN_IF_ERROR(args.CheckNoUnknown());
 
+  const TextOut text(json);
+  BenchReport report;
   Interrupts::Install("dfa bench", Interrupts::Mode::kCleanUpAndExit);
   std::unique_ptr<client::LocalCluster> local;
   int stop_on_interrupt = 0;
@@ -341,9 +402,14 @@ absl::Status Bench(Args& args) {
     Interrupts::Install("dfa bench", Interrupts::Mode::kCleanUpAndExit);
     Interrupts::CleanUpAndExitIfRequested();
     coordinator = local->coordinator_address();
-    std::printf("local cluster: %d %s workers x %lld thread(s), coordinator %s\n", workers,
-                backend.c_str(), static_cast<long long>(threads), coordinator.c_str());
+    report.local_cluster = true;
+    report.local_workers = workers;
+    report.local_backend = backend;
+    report.local_threads = static_cast<int>(threads);
+    text("local cluster: %d %s workers x %lld thread(s), coordinator %s\n", workers,
+         backend.c_str(), static_cast<long long>(threads), coordinator.c_str());
   }
+  report.coordinator = coordinator;
   flags.session.num_workers = workers;
   client::ClientOptions co;
   co.coordinator = coordinator;
@@ -355,12 +421,13 @@ absl::Status Bench(Args& args) {
     for (int i = 0; i < workers; ++i) worker_pids.push_back(local->worker_process(i)->pid());
   }
   if (!skip_transfer) {
-    s = BenchTransfers(c.get(), workers, flags.session.schedule, mib,
-                       static_cast<int>(transfer_repeat), worker_pids);
+    s = RunTransfers(c.get(), workers, flags.session.schedule, mib,
+                     static_cast<int>(transfer_repeat), worker_pids, text,
+                     &report.transfers.emplace());
   }
   if (s.ok() && !skip_attention) {
-    s = BenchAttention(c.get(), flags, !forward_only, static_cast<int>(repeat), !skip_single,
-                       static_cast<int>(single_threads));
+    s = RunAttention(c.get(), flags, !forward_only, static_cast<int>(repeat), !skip_single,
+                     static_cast<int>(single_threads), text, &report.attention.emplace());
   }
   Interrupts::BlockIfExiting();
   if (local) {
@@ -368,6 +435,7 @@ absl::Status Bench(Args& args) {
     absl::Status stop = local->Stop();
     if (s.ok()) s = stop;
   }
+  if (s.ok() && json) std::printf("%s\n", BenchReportJson(report).c_str());
   return s;
 }
 
@@ -381,7 +449,10 @@ CommandInfo BenchCommandInfo() {
       "Data-plane rates (gRPC, 1 stream and N in parallel; shared memory) beside this host's\n"
       "memcpy, and attention throughput of the service on seeded synthetic inputs resident on\n"
       "the workers against the single-process CPU kernel on the same problem. Without\n"
-      "--coordinator it starts a local cluster (N workers, T threads each; default 2 x 1).",
+      "--coordinator it starts a local cluster (N workers, T threads each; default 2 x 1).\n"
+      "--offload: one layer from this process's CUDA memory through the service (CUDA IPC,\n"
+      "shared memory, gRPC) against the same layer computed here, split into transfer,\n"
+      "compute and control plane (a local cudnn worker with --worker-memory of the GPU).",
       {{"Cluster",
         {CoordinatorFlag("bench this running cluster instead of starting one"),
          {"threads", "T", "threads per local worker (default 1; 0: the worker's default)"},
@@ -395,8 +466,10 @@ CommandInfo BenchCommandInfo() {
          {"skip-transfer", "", "no data-plane runs"},
          {"skip-attention", "", "no attention jobs"},
          {"skip-single", "", "no single-process comparison"},
-         {"single-threads", "T", "threads of the single-process run (default N x T)"}}},
+         {"single-threads", "T", "threads of the single-process run (default N x T)"},
+         {"json", "", "the same figures as one JSON document on stdout (keys: docs/client.md)"}}},
        JobFlagGroup(16384, "workers (default 2)"),
+       OffloadFlagGroup(),
        SecurityFlagGroup()},
       ""};
 }

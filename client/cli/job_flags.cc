@@ -3,7 +3,9 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "client/cli/mask_flags.h"
 #include "core/dtype.h"
+#include "core/spec_validation.h"
 
 namespace dfa::cli {
 
@@ -39,6 +41,8 @@ absl::StatusOr<JobFlags> ParseJobFlags(Args& args, int64_t default_seq, int defa
   spec.set_dtype(dt);
   spec.set_causal(!full);
   spec.set_softmax_scale(static_cast<float>(scale));
+  ASSIGN_OR_RETURN(const MaskSpec mask, ParseMaskFlags(args, seq, !full));
+  SetSpecMask(mask, &spec);
   f.session.num_workers = static_cast<int>(workers);
   f.session.ttl_seconds = static_cast<int>(ttl);
   f.seed = static_cast<uint64_t>(seed);
@@ -46,7 +50,7 @@ absl::StatusOr<JobFlags> ParseJobFlags(Args& args, int64_t default_seq, int defa
 }
 
 FlagGroup JobFlagGroup(int64_t default_seq, const std::string& workers_help) {
-  return {
+  FlagGroup g = {
       "Job",
       {{"batch", "B", "batch size (default 1)"},
        {"seq", "S", absl::StrCat("sequence length, e.g. 16K (default ", default_seq, ")")},
@@ -61,6 +65,8 @@ FlagGroup JobFlagGroup(int64_t default_seq, const std::string& workers_help) {
        {"schedule", "NAME", "balanced, ring, distflash, zigzag, heads, auto (default balanced)"},
        {"seed", "N", "seed of the random inputs (default 1)"},
        {"ttl", "SECONDS", "session time to live when idle (default: the coordinator's)"}}};
+  for (FlagInfo& f : MaskFlagInfos()) g.flags.push_back(std::move(f));
+  return g;
 }
 
 FlagGroup SecurityFlagGroup() {
@@ -69,7 +75,8 @@ FlagGroup SecurityFlagGroup() {
            {"tls-key", "FILE", "its private key (PEM)"},
            {"tls-ca", "FILE", "CA bundle the servers' certificates must chain to"},
            {"tls-server-name", "NAME", "name to expect in the servers' certificates"},
-           {"auth-token", "TOKEN", "bearer token for the coordinator (default $DFA_AUTH_TOKEN)"}}};
+           {"auth-token", "TOKEN", "bearer token for the coordinator (default $DFA_AUTH_TOKEN)"},
+           {"auth-token-file", "FILE", "file holding the bearer token (instead of --auth-token)"}}};
 }
 
 FlagInfo CoordinatorFlag(const std::string& help) { return {"coordinator", "HOST:PORT", help}; }
@@ -89,6 +96,14 @@ absl::StatusOr<RpcSecurityOptions> ParseSecurityFlags(Args& args) {
   ASSIGN_OR_RETURN(s.key_file, args.GetString("tls-key", ""));
   ASSIGN_OR_RETURN(s.ca_file, args.GetString("tls-ca", ""));
   ASSIGN_OR_RETURN(s.server_name, args.GetString("tls-server-name", ""));
+  ASSIGN_OR_RETURN(std::string token_file, args.GetString("auth-token-file", ""));
+  if (!token_file.empty()) {
+    if (args.Has("auth-token")) {
+      return absl::InvalidArgumentError("--auth-token and --auth-token-file: give one");
+    }
+    ASSIGN_OR_RETURN(s.auth_token, ReadTokenFile(token_file, "--auth-token-file"));
+    return s;
+  }
   const char* env_token = std::getenv("DFA_AUTH_TOKEN");
   ASSIGN_OR_RETURN(s.auth_token, args.GetString("auth-token", env_token ? env_token : ""));
   return s;
@@ -106,7 +121,7 @@ std::string DescribeSpec(const v1::AttentionSpec& spec) {
   return absl::StrCat("B=", spec.batch(), " S=", spec.seq_len(), " Hq=", spec.q_heads(),
                       " Hkv=", spec.kv_heads(), " D=", spec.head_dim(), " ",
                       dt.ok() ? std::string(DTypeName(*dt)) : "?",
-                      spec.causal() ? " causal" : " full");
+                      spec.causal() ? " causal" : " full", DescribeMask(MaskSpecOf(spec)));
 }
 
 }  // namespace dfa::cli

@@ -1,6 +1,7 @@
 // Flags shared by `dfa demo`, `dfa submit` and `dfa bench`: the attention spec and the session.
 //   --batch B --seq S --heads H --kv-heads HK --head-dim D --dtype bf16|f16|f32
 //   --causal | --full  --scale X  --workers N  --schedule NAME  --seed N  --ttl SECONDS
+//   --doc-lengths L1,L2,...  --window LEFT[,RIGHT]   (client/cli/mask_flags.h)
 // and those of every command that talks to a cluster (--coordinator, security).
 #pragma once
 
@@ -37,7 +38,7 @@ FlagInfo CoordinatorFlag(const std::string& help);
 // --path: "auto", "grpc" or "shm".
 absl::StatusOr<client::TransferPath> ParseTransferPath(const std::string& path);
 
-// "B=1 S=2048 Hq=8 Hkv=8 D=64 bf16 causal"
+// "B=1 S=2048 Hq=8 Hkv=8 D=64 bf16 causal" (+ " docs=3 window=128,0" for a masked spec)
 std::string DescribeSpec(const v1::AttentionSpec& spec);
 
 }  // namespace dfa::cli

@@ -1,17 +1,22 @@
 #include "client/plan_cli/plan_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/command.h"
+#include "client/cli/mask_flags.h"
 #include "core/planner/cost_model.h"
 #include "core/planner/plan_checker.h"
+#include "core/planner/plan_coalescing.h"
 #include "core/planner/plan_format.h"
 #include "core/planner/planner.h"
+#include "core/planner/worker_memory.h"
 
 namespace dfa {
 namespace {
@@ -19,7 +24,7 @@ namespace {
 using cli::Args;
 
 cli::CommandInfo PlanInfo(const std::string& name, const std::string& program) {
-  return {program,
+  cli::CommandInfo info = {program,
           name,
           "--workers P --seq S --schedule NAME [flags]",
           "Makes a plan, checks it (every visible pair computed exactly once, sends and receives\n"
@@ -37,7 +42,10 @@ cli::CommandInfo PlanInfo(const std::string& name, const std::string& program) {
              {"kv-heads", "HK", "key/value heads; H must be a multiple (default H)"},
              {"head-dim", "D", "head dimension (default 128)"},
              {"batch", "B", "batch size (default 1)"},
-             {"dtype", "bf16|f16|f32", "element type (default bf16)"}}},
+             {"dtype", "bf16|f16|f32", "element type (default bf16)"},
+             {"step-tokens", "N",
+              "key rows per chunk of a chunked backward, as dfa-worker --step_tokens (default "
+              "256K): the session memory figures (docs/memory.md)"}}},
            {"Output",
             {{"json", "", "one JSON document on stdout (keys: docs/client.md, docs/planner.md)"},
              {"steps", "", "print the forward and backward steps"},
@@ -50,6 +58,9 @@ cli::CommandInfo PlanInfo(const std::string& name, const std::string& program) {
              {"op-overhead-us", "U", "per compute op, microseconds (default 0)"},
              {"memory-gbps", "M", "per-op fp32 merge traffic, GB/s (default 0: ignored)"}}}},
           "Sizes take K, M, G: dfa plan --workers 8 --seq 256K --schedule balanced --json"};
+  // --doc-lengths, --window: the mask the plan balances (visible pairs only).
+  for (cli::FlagInfo& f : cli::MaskFlagInfos()) info.groups[0].flags.push_back(std::move(f));
+  return info;
 }
 
 struct Parsed {
@@ -58,6 +69,7 @@ struct Parsed {
   CostParams cost;
   std::string profile = "cpu";
   bool json = false;
+  int64_t step_tokens = kDefaultStepTokens;
   int steps = -1;  // -1: print steps when P <= 8 (text mode)
 };
 
@@ -91,6 +103,7 @@ absl::StatusOr<Parsed> Parse(Args& args) {
     return absl::InvalidArgumentError("--causal and --full exclude each other");
   }
   a.request.causal = !full;
+  ASSIGN_OR_RETURN(a.request.mask_spec, cli::ParseMaskFlags(args, a.request.seq_len, !full));
   ASSIGN_OR_RETURN(std::string speeds, args.GetString("speeds", ""));
   if (args.Has("speeds")) {
     for (absl::string_view part : absl::StrSplit(speeds, ',')) {
@@ -108,6 +121,8 @@ absl::StatusOr<Parsed> Parse(Args& args) {
         absl::StrCat("--profile: unknown '", a.profile, "' (cpu or gpu)"));
   }
   ASSIGN_OR_RETURN(a.json, args.GetBool("json", false));
+  ASSIGN_OR_RETURN(a.step_tokens,
+                   args.GetInt("step-tokens", kDefaultStepTokens, 1, int64_t{1} << 40));
   ASSIGN_OR_RETURN(bool steps, args.GetBool("steps", false));
   ASSIGN_OR_RETURN(bool no_steps, args.GetBool("no-steps", false));
   if (steps && no_steps)
@@ -150,6 +165,65 @@ absl::StatusOr<Parsed> Parse(Args& args) {
   return a;
 }
 
+// Session memory per worker (core/planner/worker_memory.h; docs/memory.md), of the plan as the
+// coordinator runs it (adjacent transfers coalesced): what admission charges.
+absl::StatusOr<std::vector<WorkerMemory>> SessionMemory(const dfa::Plan& plan, const Parsed& a) {
+  const dfa::Plan run = CoalesceTransfers(plan, a.shape);
+  CheckOptions check_options;
+  check_options.shape = a.shape;
+  absl::StatusOr<CheckReport> check = CheckPlan(run, check_options);
+  if (!check.ok()) {
+    return absl::InternalError(absl::StrCat("the coalesced ", plan.schedule,
+                                            " plan fails its check: ", check.status().message()));
+  }
+  std::vector<WorkerMemory> out;
+  for (int w = 0; w < run.num_workers(); ++w) {
+    ASSIGN_OR_RETURN(WorkerMemory m, PlanWorkerMemory(run, w, LocalShape(a.shape, run.workers[w]),
+                                                      *check, a.step_tokens));
+    out.push_back(m);
+  }
+  return out;
+}
+
+// "peak_bytes_per_worker" (the largest worker's) and "memory": per worker its peak, storage,
+// work region, key chunk and pass buffers.
+std::string MemoryJson(const std::vector<WorkerMemory>& memory, const Parsed& a) {
+  int64_t most = 0;
+  std::string workers;
+  for (size_t w = 0; w < memory.size(); ++w) {
+    const WorkerMemory& m = memory[w];
+    most = std::max(most, m.peak());
+    absl::StrAppend(&workers, w ? "," : "", "{\"worker\":", w, ",\"peak_bytes\":", m.peak(),
+                    ",\"storage_bytes\":", m.storage.total, ",\"work_region_bytes\":",
+                    m.storage.work, ",\"key_chunk_bytes\":", m.key_chunk,
+                    ",\"forward_buffer_bytes\":", m.forward_buffers,
+                    ",\"backward_buffer_bytes\":", m.backward_buffers,
+                    ",\"chunked_backward\":", m.layout.kv_accumulators ? "false" : "true",
+                    ",\"forward_accumulator\":", m.layout.forward_accumulator ? "true" : "false",
+                    "}");
+  }
+  return absl::StrCat("\"peak_bytes_per_worker\":", most, ",\"step_tokens\":", a.step_tokens,
+                      ",\"memory\":[", workers, "]");
+}
+
+std::string MemoryText(const std::vector<WorkerMemory>& memory, const Parsed& a) {
+  std::string out = absl::StrCat("session memory per worker (step_tokens ", a.step_tokens,
+                                 "; docs/memory.md):\n  worker     peak_MiB  storage_MiB"
+                                 "   chunk_MiB  fwd_buf_MiB  bwd_buf_MiB\n");
+  int64_t most = 0;
+  for (size_t w = 0; w < memory.size(); ++w) {
+    const WorkerMemory& m = memory[w];
+    most = std::max(most, m.peak());
+    absl::StrAppend(&out, absl::StrFormat("  %6d %12.1f %12.1f %11.1f %12.1f %12.1f\n",
+                                          static_cast<int>(w), m.peak() / 1048576.0,
+                                          m.storage.total / 1048576.0, m.key_chunk / 1048576.0,
+                                          m.forward_buffers / 1048576.0,
+                                          m.backward_buffers / 1048576.0));
+  }
+  absl::StrAppend(&out, "peak_bytes_per_worker ", most, "\n");
+  return out;
+}
+
 // Makes, checks, costs and prints the plan. A plan that cannot be made for these flags is
 // INVALID_ARGUMENT (exit 2); one that fails its check is INTERNAL (exit 1: a planner bug).
 absl::Status MakeAndPrint(Args& args) {
@@ -165,8 +239,14 @@ absl::Status MakeAndPrint(Args& args) {
   }
   absl::StatusOr<PlanCost> cost = EstimateCost(*plan, a.cost);
   if (!cost.ok()) return absl::InvalidArgumentError(cost.status().message());
+  ASSIGN_OR_RETURN(const std::vector<WorkerMemory> memory, SessionMemory(*plan, a));
   if (a.json) {
-    std::printf("%s\n", FormatJson(*plan, *cost, *check, a.steps == 1, a.profile).c_str());
+    std::string doc = FormatJson(*plan, *cost, *check, a.steps == 1, a.profile);
+    // The memory keys close the document (its own keys keep their order).
+    if (const size_t end = doc.rfind('}'); end != std::string::npos) {
+      doc.insert(end, "," + MemoryJson(memory, a));
+    }
+    std::printf("%s\n", doc.c_str());
     return absl::OkStatus();
   }
   if (a.steps == 1 || (a.steps == -1 && plan->num_workers() <= 8)) {
@@ -174,6 +254,7 @@ absl::Status MakeAndPrint(Args& args) {
     if (a.steps == 1) std::printf("backward steps:\n%s", FormatSteps(*plan, true).c_str());
   }
   std::printf("profile: %s\n%s", a.profile.c_str(), FormatCost(*plan, *cost, *check).c_str());
+  std::printf("%s", MemoryText(memory, a).c_str());
   return absl::OkStatus();
 }
 

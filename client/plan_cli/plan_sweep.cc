@@ -1,9 +1,17 @@
 // dfa-plan-sweep: the balanced planner's makespan/ideal ratios over P = 1..64 and speed patterns,
 // with communication in the cost model (the table in docs/planner.md).
 //
-//   dfa-plan-sweep [--seq S] [--min-workers A] [--max-workers B] [--mask causal|full|both]
+//   dfa-plan-sweep [--seq S | --seq-per-worker N] [--min-workers A] [--max-workers B]
+//                  [--mask causal|full|both] [--docs none|pareto [--doc-seed N]] [--window L]
 //                  [--patterns equal,alt12,cycle1234,straggler,random] [--op-overhead-us U]
-//                  [--per-p]
+//                  [--target R] [--per-p] [--print-doc-lengths]
+//
+// Masks: --docs pareto packs documents of ParetoDocumentLengths(S, 1.2, 256, 64K, seed) (the
+// planner's masked target, docs/planner.md) into every sequence; --window L gives each query the
+// L keys before it (causal: and itself; full: L on either side). --seq-per-worker N sweeps
+// S = N * P. --print-doc-lengths prints the document lengths of --seq as `dfa plan
+// --doc-lengths` takes them, and exits. --target (default 1.02 dense, 1.03 masked) is the ratio
+// above which a P is listed.
 //
 // Cost model: 32 heads of 128 (K/V too), bf16, batch 1, 400 TFLOP/s at speed 1, 300 GB/s per
 // link and direction, 20 us per message, U us per compute op (default 0: the ratio measures the
@@ -26,6 +34,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/command.h"
 #include "core/planner/cost_model.h"
+#include "core/planner/doc_lengths.h"
 #include "core/planner/plan_checker.h"
 #include "core/planner/planner.h"
 
@@ -92,7 +101,14 @@ dfa::cli::CommandInfo SweepInfo() {
              {"patterns", "p,q,...",
               "speed patterns: equal, alt12, cycle1234, straggler, random (default all)"},
              {"op-overhead-us", "U", "per compute op, microseconds (default 0)"},
-             {"per-p", "", "print every P (with its head groups)"}}}},
+             {"per-p", "", "print every P (with its head groups)"}}},
+           {"Masks",
+            {{"seq-per-worker", "N", "sweep S = N * P instead of --seq"},
+             {"docs", "none|pareto", "packed documents: Pareto(1.2, 256) lengths capped at 64K"},
+             {"doc-seed", "N", "seed of the document lengths (default 1)"},
+             {"window", "L", "sliding window of L keys (default none)"},
+             {"target", "R", "list the P above this ratio (default 1.02 dense, 1.03 masked)"},
+             {"print-doc-lengths", "", "print the document lengths of --seq and exit"}}}},
           ""};
 }
 
@@ -111,7 +127,25 @@ absl::Status Sweep(dfa::cli::Args& args) {
                    args.GetString("patterns", "equal,alt12,cycle1234,straggler,random"));
   const std::vector<std::string> patterns = absl::StrSplit(pattern_list, ',');
   ASSIGN_OR_RETURN(bool per_p, args.GetBool("per-p", false));
+  ASSIGN_OR_RETURN(int64_t per_worker, args.GetInt("seq-per-worker", 0, 0, int64_t{1} << 30));
+  ASSIGN_OR_RETURN(std::string docs, args.GetString("docs", "none"));
+  if (docs != "none" && docs != "pareto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--docs: unknown '", docs, "' (none or pareto)"));
+  }
+  ASSIGN_OR_RETURN(int64_t doc_seed, args.GetInt("doc-seed", 1, 0, int64_t{1} << 40));
+  ASSIGN_OR_RETURN(int64_t window, args.GetInt("window", -1, 0, int64_t{1} << 40));
+  ASSIGN_OR_RETURN(bool print_docs, args.GetBool("print-doc-lengths", false));
+  const bool masked = docs != "none" || window >= 0;
+  ASSIGN_OR_RETURN(double target, args.GetDouble("target", masked ? 1.03 : 1.02, 1, 100));
   RETURN_IF_ERROR(args.CheckNoUnknown());
+  auto lengths_of = [&](int64_t s) {
+    return dfa::ParetoDocumentLengths(s, 1.2, 256, 65536, static_cast<uint64_t>(doc_seed));
+  };
+  if (print_docs) {
+    std::printf("%s\n", absl::StrJoin(lengths_of(seq), ",").c_str());
+    return absl::OkStatus();
+  }
   std::vector<double> probe;
   for (const std::string& p : patterns) {
     if (!Speeds(p, 1, &probe)) {
@@ -119,12 +153,15 @@ absl::Status Sweep(dfa::cli::Args& args) {
     }
   }
   std::printf(
-      "seq %lld, P %lld..%lld, 32x128 heads bf16, 400 TFLOP/s, 300 GB/s, 20 us, "
-      "%.1f us/op\n",
-      static_cast<long long>(seq), static_cast<long long>(lo), static_cast<long long>(hi),
-      overhead_us);
+      "seq %s, P %lld..%lld, 32x128 heads bf16, 400 TFLOP/s, 300 GB/s, 20 us, "
+      "%.1f us/op%s%s\n",
+      per_worker > 0 ? absl::StrCat(per_worker, " * P").c_str() : absl::StrCat(seq).c_str(),
+      static_cast<long long>(lo), static_cast<long long>(hi), overhead_us,
+      docs == "pareto" ? absl::StrCat(", Pareto documents (seed ", doc_seed, ")").c_str() : "",
+      window >= 0 ? absl::StrCat(", window ", window).c_str() : "");
   std::printf("%-10s %-6s %-18s %-18s %-8s %-7s %s\n", "speeds", "mask", "worst fwd (P)",
-              "worst bwd (P)", "ops/wkr", "secs", "P over 1.02 (fwd/bwd)");
+              "worst bwd (P)", "ops/wkr", "secs",
+              absl::StrFormat("P over %.2f (fwd/bwd)", target).c_str());
   int failures = 0;
   for (const std::string& pattern : patterns) {
     for (bool causal : {true, false}) {
@@ -134,13 +171,20 @@ absl::Status Sweep(dfa::cli::Args& args) {
       std::vector<std::string> over;
       const auto t0 = std::chrono::steady_clock::now();
       for (int P = static_cast<int>(lo); P <= hi; ++P) {
-        if (seq < P) break;
+        const int64_t S = per_worker > 0 ? per_worker * P : seq;
+        if (S < P) break;
         dfa::CostParams cost;
         cost.shape = dfa::AttentionShape{1, 32, 32, 128, dfa::DType::kBF16};
         cost.op_overhead_seconds = overhead_us * 1e-6;
         Speeds(pattern, P, &cost.speeds);
-        dfa::PlanRequest request{"balanced", P, seq, causal, cost.speeds};
+        dfa::PlanRequest request{"balanced", P, S, causal, cost.speeds};
         request.session_shape = cost.shape;  // head groups where no sequence plan is within 2%
+        request.mask_spec.causal = causal;
+        if (docs == "pareto") request.mask_spec.doc_offsets = {dfa::DocOffsetsOf(lengths_of(S))};
+        if (window >= 0) {
+          request.mask_spec.window_left = window;
+          request.mask_spec.window_right = causal ? 0 : window;
+        }
         absl::StatusOr<dfa::Plan> plan = dfa::MakePlan(request);
         if (!plan.ok()) return absl::InvalidArgumentError(plan.status().message());
         dfa::CheckOptions check;
@@ -156,14 +200,21 @@ absl::Status Sweep(dfa::cli::Args& args) {
         const double f = c->forward.makespan_ratio, b = c->backward.makespan_ratio;
         const int n = std::max(MaxOps(*plan, true), MaxOps(*plan, false));
         if (per_p) {
-          std::printf("  %-10s %-6s P=%-3d fwd %.4f bwd %.4f ops/worker %d steps %d groups %d\n",
-                      pattern.c_str(), causal ? "causal" : "full", P, f, b, n, c->forward.steps,
-                      HeadGroupCount(*plan));
+          int64_t recv = 0;
+          for (const dfa::WorkerCost& w : c->forward.workers) {
+            recv = std::max(recv, w.bytes_received);
+          }
+          std::printf(
+              "  %-10s %-6s P=%-3d S=%-7lld fwd %.4f bwd %.4f ops/worker %d steps %d/%d groups %d "
+              "max recv fwd %.1f MiB\n",
+              pattern.c_str(), causal ? "causal" : "full", P, static_cast<long long>(S), f, b, n,
+              c->forward.steps, c->backward.steps, HeadGroupCount(*plan), recv / 1048576.0);
+          std::fflush(stdout);
         }
         if (f > worst_f) worst_f = f, at_f = P;
         if (b > worst_b) worst_b = b, at_b = P;
         ops = std::max(ops, n);
-        if (f > 1.02 || b > 1.02) over.push_back(absl::StrFormat("%d (%.3f/%.3f)", P, f, b));
+        if (f > target || b > target) over.push_back(absl::StrFormat("%d (%.3f/%.3f)", P, f, b));
       }
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -55,11 +55,22 @@ absl::StatusOr<CudaIpcBuffer> ExportCudaIpc(const void* device_ptr) {
   if (attr.type != cudaMemoryTypeDevice) {
     return absl::InvalidArgumentError("cuda ipc: pointer is not device memory");
   }
+  // The allocation's device and its primary context current on this thread while asking: the
+  // driver's cuMemGetAddressRange needs a current context, and a thread that has made no
+  // runtime call binding one (the Python binding's helper threads) has none, whatever
+  // cudaGetDevice says. cudaSetDevice makes the primary context current.
+  int previous = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous));
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(attr.device));
   void* base = nullptr;
   size_t bytes = 0;
-  RETURN_IF_ERROR(AddressRange(device_ptr, &base, &bytes));
+  absl::Status st = AddressRange(device_ptr, &base, &bytes);
+  // The handle of the BASE of the allocation: caching allocators (PyTorch's) hand out
+  // sub-ranges of larger cudaMalloc blocks, and a handle names a whole allocation.
   cudaIpcMemHandle_t h;
-  CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&h, base));
+  if (st.ok()) st = CudaStatus(cudaIpcGetMemHandle(&h, base), "cudaIpcGetMemHandle");
+  if (previous != attr.device) cudaSetDevice(previous);
+  RETURN_IF_ERROR(st);
   CudaIpcBuffer out;
   out.handle.assign(h.reserved, sizeof(h.reserved));
   out.offset = static_cast<const char*>(device_ptr) - static_cast<const char*>(base);
@@ -83,11 +94,12 @@ CudaIpcImporter::~CudaIpcImporter() {
 absl::StatusOr<void*> CudaIpcImporter::Map(const std::string& handle, int64_t offset,
                                            size_t bytes) {
   if (handle.size() != CUDA_IPC_HANDLE_SIZE) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda_ipc_handle must be ", CUDA_IPC_HANDLE_SIZE,
-                                                   " bytes, got ", handle.size()));
+    return absl::InvalidArgumentError(absl::StrCat("tensor.cuda_ipc_handle must be ",
+                                                   CUDA_IPC_HANDLE_SIZE, " bytes, got ",
+                                                   handle.size()));
   }
   if (offset < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda_ipc_offset must be >= 0, got ", offset));
+    return absl::InvalidArgumentError(absl::StrCat("tensor.offset must be >= 0, got ", offset));
   }
   absl::MutexLock lock(&mu_);
   auto it = mapped_.find(handle);
@@ -98,9 +110,11 @@ absl::StatusOr<void*> CudaIpcImporter::Map(const std::string& handle, int64_t of
     void* p = nullptr;
     cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) {
-      return absl::UnavailableError(
-          absl::StrCat("cuda ipc: cannot open the handle here (another host, the same process, "
-                       "or freed memory): ", CudaStatus(err, "cudaIpcOpenMemHandle").message()));
+      // Not retryable: the same handle fails the same way on a new session.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor.cuda_ipc_handle cannot be opened by this worker (a handle of another host, of "
+          "this worker's own process, of freed memory, or not a handle): ",
+          CudaStatus(err, "cudaIpcOpenMemHandle").message()));
     }
     Mapping m;
     m.base = p;
@@ -123,9 +137,10 @@ absl::StatusOr<void*> CudaIpcImporter::Map(const std::string& handle, int64_t of
   Mapping& m = it->second;
   m.last_use = ++uses_;
   if (static_cast<size_t>(offset) > m.bytes || bytes > m.bytes - static_cast<size_t>(offset)) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda ipc: range [", offset, ", ", offset + bytes,
-                                                   ") is past the exported allocation of ",
-                                                   m.bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor.offset = ", offset, " + the tensor's ", bytes,
+                     " bytes lie past the end of the allocation behind tensor.cuda_ipc_handle (",
+                     m.bytes, " bytes)"));
   }
   return static_cast<void*>(static_cast<char*>(m.base) + offset);
 }

@@ -54,7 +54,8 @@ class CudaIpcImporter {
   size_t mapped() const;
 
   // INVALID_ARGUMENT for a malformed handle or a range past the end of the allocation;
-  // UNAVAILABLE when the handle cannot be opened here (another host, or the same process).
+  // FAILED_PRECONDITION (naming tensor.cuda_ipc_handle) when the handle cannot be opened here
+  // (another host, the same process, freed memory): not retryable.
   absl::StatusOr<void*> Map(const std::string& handle, int64_t offset, size_t bytes);
 
   // Copies `bytes` between the mapped buffer and `local` (a device pointer of this worker),

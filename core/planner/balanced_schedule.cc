@@ -37,16 +37,15 @@ using planner_internal::AddForwardTransfer;
 
 namespace {
 
-// Visible pairs of query rows [0, rows) against the whole sequence.
-double PrefixWork(int64_t rows, int64_t seq_len, bool causal) {
-  const double r = static_cast<double>(rows);
-  return causal ? r * (r + 1) / 2 : r * static_cast<double>(seq_len);
-}
-
-// Shard boundaries b[0..P] with work(b[w], b[w+1]) proportional to speeds[w].
-std::vector<int64_t> ShardBoundaries(const PlanRequest& r, const std::vector<double>& speeds) {
+// Shard boundaries b[0..P] with work(b[w], b[w+1]) proportional to speeds[w]: the visible
+// pairs of query rows [0, R) against the whole sequence, under the request's mask.
+std::vector<int64_t> ShardBoundaries(const PlanRequest& r, const std::vector<double>& speeds,
+                                     const UnitPairs& unit_pairs) {
   const int P = r.workers;
   const int64_t S = r.seq_len;
+  auto PrefixWork = [&](int64_t rows, int64_t seq_len, bool) {
+    return unit_pairs(RowRange{0, rows}, RowRange{0, seq_len});
+  };
   double total_speed = 0;
   for (double s : speeds) total_speed += s;
   const double total = PrefixWork(S, S, r.causal);
@@ -70,10 +69,9 @@ std::vector<int64_t> ShardBoundaries(const PlanRequest& r, const std::vector<dou
 }
 
 // Largest r in [q0, q1] such that the pairs of rows [q0, r) x kv are nearest to `need`.
-int64_t CutRow(int64_t q0, int64_t q1, const RowRange& kv, MaskKind mask, double need) {
-  auto pairs = [&](int64_t r) {
-    return static_cast<double>(VisiblePairs(q0, r - q0, kv.begin, kv.size(), mask));
-  };
+int64_t CutRow(int64_t q0, int64_t q1, const RowRange& kv, const UnitPairs& unit_pairs,
+               double need) {
+  auto pairs = [&](int64_t r) { return unit_pairs(RowRange{q0, r}, kv); };
   int64_t lo = q0, hi = q1;  // smallest r with pairs(r) >= need
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
@@ -85,62 +83,136 @@ int64_t CutRow(int64_t q0, int64_t q1, const RowRange& kv, MaskKind mask, double
 
 }  // namespace
 
-// The speed-proportional direct-send plan described at the top of this file.
 Plan MakeSpeedProportionalPlan(const PlanRequest& r) {
+  return MakeSpeedProportionalPlan(r, ContiguousOptions{});
+}
+
+// The speed-proportional direct-send plan described at the top of this file.
+Plan MakeSpeedProportionalPlan(const PlanRequest& r, const ContiguousOptions& options) {
+  const int steps = options.steps;
+  const bool early = options.early, own_tail = options.own_tail;
   const int P = r.workers;
   Plan plan;
   plan.schedule = "balanced";
   plan.seq_len = r.seq_len;
   plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
   plan.workers.resize(P);
   std::vector<double> speeds = r.speeds;
   if (speeds.empty()) speeds.assign(P, 1.0);
-  const std::vector<int64_t> b = ShardBoundaries(r, speeds);
+  const UnitPairs work_of(plan);
+  const std::vector<int64_t> b = ShardBoundaries(r, speeds, work_of);
   auto shard = [&](int w) { return RowRange{b[w], b[w + 1]}; };
-  const MaskKind mask = plan.mask();
-  const int T = P;
+  // The work list of each worker: own block, then the other shards newest first (causal:
+  // earlier ones only), those its queries see.
+  std::vector<std::vector<int>> kv_owners(P);
+  size_t most_sources = 1;
+  for (int w = 0; w < P; ++w) {
+    std::vector<int>& kv_owner = kv_owners[w];
+    kv_owner = {w};
+    for (int k = 1; k < P; ++k) {
+      const int j = ((w - k) % P + P) % P;
+      if ((!r.causal || j < w) && work_of(shard(w), shard(j)) > 0) kv_owner.push_back(j);
+    }
+    if (options.far_first) std::reverse(kv_owner.begin() + 1, kv_owner.end());
+    most_sources = std::max(most_sources, kv_owner.size());
+  }
+  // Steps: P (dense; each worker's list spread over them), else `steps`, or by default as many
+  // as the longest list.
+  const int T = steps > 0 ? steps : plan.dense() ? P : static_cast<int>(most_sources);
+  // What each worker receives: key rows of shard `source`, first used in step `first`.
+  struct Received {
+    int source;
+    RowRange rows;
+    int first;
+  };
+  std::vector<std::vector<Received>> received(P);
 
   for (int w = 0; w < P; ++w) {
     plan.workers[w].owned = {shard(w)};
-    // The work list: own block, then the other shards newest first (causal: earlier ones only).
-    std::vector<int> kv_owner = {w};
-    for (int k = 1; k < P; ++k) {
-      const int j = ((w - k) % P + P) % P;
-      if (!r.causal || j < w) kv_owner.push_back(j);
-    }
-    auto work_of = [&](const RowRange& q, const RowRange& kv) {
-      return static_cast<double>(VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), mask));
+    // The work list: (queries, keys, source shard) items. Masks: only the keys of a source that
+    // the shard's queries see (a document crossing the boundary, a window's reach), and only
+    // the queries that see them.
+    struct Item {
+      RowRange q, kv;
+      int source;
     };
+    std::vector<Item> items;
+    for (int j : kv_owners[w]) {
+      const RowRange seen = plan.dense() ? shard(j) : work_of.KeysSeen(shard(w), shard(j));
+      // kv_pieces: foreign keys in pieces, each used for all its queries before the next.
+      const int64_t n = j == w ? 1 : std::clamp<int64_t>(options.kv_pieces, 1, seen.size());
+      for (int64_t k = 0; k < n; ++k) {
+        const RowRange kv{seen.begin + seen.size() * k / n, seen.begin + seen.size() * (k + 1) / n};
+        const RowRange qs = plan.dense() ? shard(w) : work_of.QueriesSeeing(shard(w), kv);
+        if (qs.size() > 0 && kv.size() > 0) items.push_back({qs, kv, j});
+      }
+    }
     double total = 0;
-    for (int j : kv_owner) total += work_of(shard(w), shard(j));
-    const double own = work_of(shard(w), shard(w));
+    for (const Item& it : items) total += work_of(it.q, it.kv);
+    const double own = items.empty() ? 0 : work_of(items[0].q, items[0].kv);
+    // own_tail: the last step's share of the own block moves to the end of the list, so the
+    // derived backward's dK/dV partials of the last foreign keys travel while it computes.
+    if (own_tail && T >= 3 && items.size() > 1 && own > 0) {
+      // A little over one step, so that no sliver of the last foreign keys spills into it.
+      const double tail = std::min(own / 2, 1.1 * total / T);
+      const Item first = items[0];
+      const int64_t cut = CutRow(first.q.begin, first.q.end, first.kv, work_of, own - tail);
+      if (cut > first.q.begin && cut < first.q.end) {
+        items[0].q.end = cut;
+        items.push_back({{cut, first.q.end}, first.kv, w});
+      }
+    }
+    const double head = items.empty() ? 0 : work_of(items[0].q, items[0].kv);
     // End-of-step cumulative targets: (t+1)/T of the work, so every worker ends step t at
     // (t+1) * makespan / T; step 0 holds own work only (a worker with less own work than a
     // step's share catches up in step 1, whose K/V was posted at time 0).
     std::vector<double> target(T, total);
     for (int t = 0; t + 1 < T; ++t) target[t] = total * (t + 1) / T;
-    if (T > 1) target[0] = std::min(own, total / T);
+    if (T > 1) target[0] = std::min(head, total / T);
     double done = 0;
     int t = 0;
-    for (int j : kv_owner) {
-      const RowRange kv = shard(j);
+    for (const Item& it : items) {
+      const int j = it.source;
       int first_step = -1;
       if (j != w && t == 0 && T > 1) t = 1;
-      int64_t q = shard(w).begin;
-      while (q < shard(w).end) {
-        int64_t cut = shard(w).end;
-        if (t < T - 1) cut = CutRow(q, shard(w).end, kv, mask, target[t] - done);
+      int64_t q = it.q.begin;
+      while (q < it.q.end) {
+        int64_t cut = it.q.end;
+        if (t < T - 1) cut = CutRow(q, it.q.end, it.kv, work_of, target[t] - done);
         if (cut > q) {
           const RowRange part{q, cut};
-          AddForwardCompute(plan, t, w, part, kv);
-          if (first_step < 0) first_step = t;
-          done += work_of(part, kv);
+          const double work = work_of(part, it.kv);
+          if (work > 0) {  // masks: a part may see none of kv
+            AddForwardCompute(plan, t, w, part, it.kv);
+            if (first_step < 0) first_step = t;
+          }
+          done += work;
           q = cut;
         }
-        if (q < shard(w).end) ++t;  // this step is full
+        if (q < it.q.end) ++t;  // this step is full
       }
-      if (j != w && first_step >= 0) {
-        AddForwardTransfer(plan, first_step, j, w, PlanTensor::kKV, kv);
+      if (j != w && first_step >= 0) received[w].push_back({j, it.kv, first_step});
+    }
+  }
+  // The K/V transfers: from the owner, or (relay, causal) from the previous worker when it
+  // holds those keys (owned, or received for a step before) by then, so that the shard of a
+  // long document's first worker travels down the chain once per link instead of every later
+  // worker's copy leaving its owner's one link.
+  for (int w = 0; w < P; ++w) {
+    for (const Received& in : received[w]) {
+      const int j = in.source, f = in.first;
+      const RowRange& rows = in.rows;
+      int from = j;
+      if (options.relay && r.causal && w - 1 > j) {
+        for (const Received& prev : received[w - 1]) {
+          if (prev.source == j && prev.first <= f - 1 && prev.rows.Contains(rows)) from = w - 1;
+        }
+      }
+      AddForwardTransfer(plan, f, from, w, PlanTensor::kKV, rows);
+      if (early && f > 1 && from == j) {  // posted before the pass (Transfer::lead)
+        plan.workers[from].forward[f].sends.back().lead = f - 1;
+        plan.workers[w].forward[f].recvs.back().lead = f - 1;
       }
     }
   }
@@ -260,7 +332,8 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score) {
   }
   for (int g = 2; g <= std::min(r.workers, shape.kv_heads); ++g) {
     const HeadGroupSplit groups = SpeedBalancedHeadGroups(heads, g);
-    if (groups.members.empty() || HeadGroupsLoad(heads, groups) > kBalanceTarget) continue;
+    // (A split whose compute alone is off by more than the best plan so far cannot win.)
+    if (groups.members.empty() || HeadGroupsLoad(heads, groups) >= best_score.balance) continue;
     Plan plan = MakeHeadsPlan(heads, groups);
     if (plan.workers.empty()) continue;
     plan.schedule = "balanced";
@@ -307,6 +380,41 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     }
   };
   consider(MakeSpeedProportionalPlan(r), [r] { return MakeSpeedProportionalPlan(r); });
+  // Masks (documents, window): the contiguous shards of equal visible pairs per speed are the
+  // natural layout (each worker receives only the keys its queries see: the documents crossing
+  // its boundaries, the window's reach), with a few step counts, K/V posted one step before use
+  // or all before the pass.
+  if (!RequestMask(r).IsDense()) {
+    for (int steps : {0, 3, 4, 6, 8, P}) {
+      for (int variant = 0; variant < 32; ++variant) {
+        const ContiguousOptions options{steps, (variant & 1) != 0, (variant & 2) != 0,
+                                        (variant & 4) != 0, (variant & 8) != 0,
+                                        (variant & 16) != 0 ? 4 : 1};
+        if (steps == 0 && variant == 0) continue;
+        if (options.relay && (options.early || !r.causal)) continue;
+        auto contiguous = [r, options] {
+          Plan plan = MakeSpeedProportionalPlan(r, options);
+          planner_internal::EqualizeSteps(plan);
+          DeriveBackwardSteps(plan);
+          return plan;
+        };
+        Plan base = contiguous();
+        // The derived backward returns every dK/dV partial of a shard to its owner: spread them.
+        if (P >= 3) {
+          for (int window : {2, 4}) {
+            Plan spread = base;
+            planner_internal::BalanceTransfers(spread, params, window, /*forward=*/false);
+            consider(std::move(spread), [contiguous, params, window] {
+              Plan plan = contiguous();
+              planner_internal::BalanceTransfers(plan, params, window, /*forward=*/false);
+              return plan;
+            });
+          }
+        }
+        consider(std::move(base), contiguous);
+      }
+    }
+  }
   if (P >= 2 && r.seq_len >= 2 * int64_t{P}) {
     auto zigzag = [r] {
       Plan zigzag = MakeZigzagPlan(r);

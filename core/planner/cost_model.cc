@@ -20,6 +20,7 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
                       bool fwd) {
   const int P = plan.num_workers();
   const double unit = std::pow(static_cast<double>(plan.seq_len) / P, 2);
+  const UnitPairs pairs_of(plan);
   // Each worker's figures at its own heads (plan.h "Head groups"; all heads without a range).
   std::vector<AttentionShape> local(P);
   for (int w = 0; w < P; ++w) local[w] = LocalShape(p.shape, plan.workers[w]);
@@ -52,8 +53,7 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
     double busy = 0;
     for (size_t t = 0; t < pass.size(); ++t) {
       for (const ComputeOp& c : pass[t].computes) {
-        const double pairs = static_cast<double>(VisiblePairs(
-            c.q_rows.begin, c.q_rows.size(), c.kv_rows.begin, c.kv_rows.size(), plan.mask()));
+        const double pairs = pairs_of(c.q_rows, c.kv_rows);
         const double seconds = pairs * flops_per_pair / p.flops_per_second;
         total_compute += seconds;
         compute[w][t] += seconds / speeds[w] + p.op_overhead_seconds +

@@ -51,11 +51,8 @@ struct Touch {
 // own K/V. `order`: the ranges in work-list order (own ranges excluded).
 std::vector<Touch> CutList(const Plan& plan, int w, bool fwd, const std::vector<Range>& ranges,
                            const std::vector<int>& order, int T, std::vector<PlanStep>& pass) {
-  const MaskKind mask = plan.mask();
+  const UnitPairs pairs_of(plan);
   const std::vector<RowRange>& own = plan.workers[w].owned;
-  auto pairs_of = [&](const RowRange& q, const RowRange& kv) {
-    return static_cast<double>(VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), mask));
-  };
   // The list: group -1 = own x own, then one group per range.
   struct Item {
     int range;  // -1: own
@@ -99,13 +96,16 @@ std::vector<Touch> CutList(const Plan& plan, int w, bool fwd, const std::vector<
       skip_full();
       int64_t cut = q.end;
       if (t + 1 < T && done + pairs_of(q, it.kv) > target[t] + 0.5) {
-        cut = planner_internal::CutRowNear(q, it.kv, mask, target[t] - done);
+        cut = planner_internal::CutRowNear(q, it.kv, pairs_of, target[t] - done);
       }
       if (cut > q.begin) {
         const RowRange part{q.begin, cut};
-        StepAt(pass, t).computes.push_back(ComputeOp{part, it.kv});
-        done += pairs_of(part, it.kv);
-        if (it.range >= 0) touch[it.range].last = t;
+        const double work = pairs_of(part, it.kv);
+        if (work > 0) {  // masks: a part may see none of kv
+          StepAt(pass, t).computes.push_back(ComputeOp{part, it.kv});
+          if (it.range >= 0) touch[it.range].last = t;
+        }
+        done += work;
         q.begin = cut;
       } else {
         ++t;  // less than one row fits: the step is full
@@ -130,6 +130,7 @@ Plan MakeCutRingPlan(const PlanRequest& r, const CutRingOptions& o) {
   plan.schedule = "balanced";
   plan.seq_len = S;
   plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
   plan.workers.resize(P);
   std::vector<double> speeds = r.speeds;
   if (speeds.empty()) speeds.assign(P, 1.0);

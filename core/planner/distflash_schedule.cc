@@ -22,6 +22,7 @@ Plan MakeDistFlashPlan(const PlanRequest& r) {
   plan.schedule = "distflash";
   plan.seq_len = r.seq_len;
   plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
   plan.workers.resize(P);
   auto chunk = [&](int i) {
     return RowRange{ChunkBoundary(r.seq_len, P, i), ChunkBoundary(r.seq_len, P, i + 1)};
@@ -49,6 +50,7 @@ Plan MakeDistFlashPlan(const PlanRequest& r) {
       }
     }
   }
+  planner_internal::PruneInvisible(plan);
   return plan;
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "core/planner/cost_model.h"
@@ -272,9 +273,12 @@ Plan MakeHeadsPlan(const PlanRequest& r, const HeadGroupSplit& groups) {
   plan.schedule = "heads";
   plan.seq_len = r.seq_len;
   plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
   plan.workers.resize(r.workers);
-  // Groups with the same speeds and head count get the same sub-plan: searched once.
-  std::map<std::pair<int, std::vector<double>>, Plan> made;
+  // Groups with the same worker count, speeds and head count get the same sub-plan: searched
+  // once. (Without explicit speeds, sub.speeds is empty for every group: the count keeps
+  // groups of different sizes apart.)
+  std::map<std::tuple<int, int, std::vector<double>>, Plan> made;
   int head = 0;
   for (size_t i = 0; i < g; ++i) {
     const std::vector<int>& members = groups.members[i];
@@ -287,7 +291,7 @@ Plan MakeHeadsPlan(const PlanRequest& r, const HeadGroupSplit& groups) {
     }
     sub.shape.kv_heads = counts[i];
     sub.shape.q_heads = counts[i] * q_per_kv;
-    auto [it, added] = made.try_emplace({counts[i], sub.speeds});
+    auto [it, added] = made.try_emplace({counts[i], per_group, sub.speeds});
     if (added) {
       absl::StatusOr<Plan> part = MakePlan(sub);
       if (!part.ok()) return Plan{};

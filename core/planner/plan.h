@@ -136,9 +136,55 @@ struct Plan {
   int64_t seq_len = 0;
   bool causal = true;
   std::vector<WorkerPlan> workers;
+  // The rest of the mask (core/mask.h): packed documents per batch row and a sliding window.
+  // Its own `causal` is not read: the plan's mask is Mask(), this with causal = `causal`.
+  // Default: no documents, no window (a dense plan: kFull / kCausal). A masked plan computes
+  // only units with visible pairs; CheckPlan proves it exact under Mask().
+  MaskSpec mask_spec = {};
 
   int num_workers() const { return static_cast<int>(workers.size()); }
-  MaskKind mask() const { return causal ? MaskKind::kCausal : MaskKind::kFull; }
+  // The whole mask: mask_spec with causal = `causal`.
+  MaskSpec Mask() const;
+  // No documents and no window (what a MaskKind of kFull / kCausal describes exactly).
+  bool dense() const;
+  // kFull / kCausal for dense plans, kIntervals otherwise (the kernels' mask kind).
+  MaskKind mask() const {
+    if (!dense()) return MaskKind::kIntervals;
+    return causal ? MaskKind::kCausal : MaskKind::kFull;
+  }
+};
+
+// Visible (query, key) pairs of units under one mask, per batch row and averaged over the batch
+// rows (a mask with one document list, or none, counts one row): the figure the cost model
+// multiplies by 4·B·Hq·D FLOPs. Dense masks use the closed form of VisiblePairs(..., MaskKind);
+// masked ones VisiblePairs(MaskSpec, ...) (closed forms per document). Build once per plan;
+// thread-compatible.
+class UnitPairs {
+ public:
+  explicit UnitPairs(const Plan& plan);
+  UnitPairs(const MaskSpec& mask, int64_t seq_len);
+  // Mean over the batch rows of the visible pairs of queries q x keys kv.
+  double operator()(const RowRange& q, const RowRange& kv) const;
+  // The same for batch row b (exact, an integer).
+  int64_t Row(int b, const RowRange& q, const RowRange& kv) const;
+  // The smallest range inside kv holding every key some query of q sees, in any batch row
+  // (empty when none: {kv.begin, kv.begin}); the smallest range inside q holding every query
+  // that sees some key of kv. The keys one query sees form one interval whose ends never
+  // decrease along the queries (core/mask.h), so both are read off the first and last rows.
+  RowRange KeysSeen(const RowRange& q, const RowRange& kv) const;
+  RowRange QueriesSeeing(const RowRange& q, const RowRange& kv) const;
+  // How many distinct batch rows the mask has (1 without per-row documents).
+  int rows() const { return rows_; }
+  bool dense() const { return dense_; }
+  const MaskSpec& mask() const { return mask_; }
+  int64_t seq_len() const { return seq_; }
+
+ private:
+  MaskSpec mask_;
+  int64_t seq_ = 0;
+  bool dense_ = true;
+  MaskKind kind_ = MaskKind::kFull;
+  int rows_ = 1;
 };
 
 }  // namespace dfa

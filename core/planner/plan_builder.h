@@ -41,7 +41,13 @@ std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& 
 
 // The row r in [q.begin, q.end] where the visible pairs of [q.begin, r) x kv are nearest to
 // `need` (binary search; ties to the smaller r).
-int64_t CutRowNear(const RowRange& q, const RowRange& kv, MaskKind mask, double need);
+int64_t CutRowNear(const RowRange& q, const RowRange& kv, const UnitPairs& pairs, double need);
+
+// Masked plans (Plan::dense() false): removes forward computes without a visible pair, then
+// the partials they would have sent and the Q and K/V transfers their receiver neither uses nor
+// forwards (repeated until none is left), so that fixed schedules (ring, distflash, zigzag) stay
+// exact and plan no unit the mask hides. No-op for dense plans and plans with backward steps.
+void PruneInvisible(Plan& plan);
 
 // Pads every worker's forward pass to the same number of steps (empty steps are free).
 void EqualizeSteps(Plan& plan);

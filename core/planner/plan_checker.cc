@@ -145,15 +145,85 @@ bool OverlapsOwned(const WorkerPlan& w, const RowRange& r) {
   return false;
 }
 
+// Masked plans: whether some query row of `q` (in some batch row) sees a key of `keys`. The keys
+// a row sees form one interval [lo(i), hi(i)) with lo and hi non-decreasing in i (core/mask.h),
+// so the rows whose interval reaches into [a, b) lie between the first row with hi > a and the
+// last with lo < b; VisiblePairs over those rows decides exactly (rows that see nothing).
+bool AnySees(const MaskSpec& mask, int rows, int64_t seq, const RowRange& q,
+             const RowRange& keys) {
+  if (q.size() <= 0 || keys.size() <= 0) return false;
+  for (int b = 0; b < rows; ++b) {
+    int64_t lo = q.begin, hi = q.end;  // first row with hi(i) > keys.begin
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (VisibleKeys(mask, b, seq, mid).hi > keys.begin) hi = mid; else lo = mid + 1;
+    }
+    const int64_t first = lo;
+    lo = first;
+    hi = q.end;  // first row with lo(i) >= keys.end
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (VisibleKeys(mask, b, seq, mid).lo >= keys.end) hi = mid; else lo = mid + 1;
+    }
+    if (lo > first &&
+        VisiblePairs(mask, b, seq, first, lo - first, keys.begin, keys.size()) > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Masked plans, one segment of query rows (the same ops cover all its rows): the key ranges may
+// overlap or leave gaps only where none of the segment's rows sees a key.
+absl::Status CheckMaskedSegment(const Plan& plan, const MaskSpec& mask, int rows,
+                                const RowRange& seg, std::vector<RowRange> kvs, const char* pass) {
+  std::sort(kvs.begin(), kvs.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+  // Sweep [0, seq_len): regions covered 0 times (gaps) and >= 2 times (overlaps).
+  std::vector<std::pair<int64_t, int>> events;
+  for (const RowRange& kv : kvs) {
+    events.push_back({kv.begin, +1});
+    events.push_back({kv.end, -1});
+  }
+  std::sort(events.begin(), events.end());
+  int64_t at = 0;
+  int depth = 0;
+  size_t e = 0;
+  while (at < plan.seq_len) {
+    while (e < events.size() && events[e].first <= at) depth += events[e++].second;
+    const int64_t next = e < events.size() ? std::min(events[e].first, plan.seq_len) : plan.seq_len;
+    if (depth != 1 && next > at && AnySees(mask, rows, plan.seq_len, seg, RowRange{at, next})) {
+      if (depth == 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            pass, ": query rows ", Rows(seg), " never attend to keys ", Rows({at, next}),
+            ", which the mask lets them see"));
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          pass, ": query rows ", Rows(seg), " attend to keys ", Rows({at, next}), " ", depth,
+          " times"));
+    }
+    at = next;
+  }
+  return absl::OkStatus();
+}
+
 // Every visible pair exactly once: per segment of query rows between consecutive boundaries,
 // the key ranges (clipped to what the segment's last row sees) must tile [0, visible end).
+// Masked plans (documents, window): the key ranges may overlap or leave gaps only where the
+// mask hides every pair (CheckMaskedSegment). Every compute op must hold a visible pair.
 absl::Status CheckCoverage(const Plan& plan, const Group& group, bool fwd) {
   std::vector<std::pair<RowRange, RowRange>> ops;
   std::vector<int64_t> cuts = {0, plan.seq_len};
+  const UnitPairs unit_pairs(plan);
   for (int m : group.members) {
     const WorkerPlan& w = plan.workers[m];
-    for (const PlanStep& s : fwd ? w.forward : w.backward) {
-      for (const ComputeOp& c : s.computes) {
+    const auto& steps = fwd ? w.forward : w.backward;
+    for (size_t t = 0; t < steps.size(); ++t) {
+      for (const ComputeOp& c : steps[t].computes) {
+        if (!(unit_pairs(c.q_rows, c.kv_rows) > 0)) {
+          return Fail(m, fwd, static_cast<int>(t), absl::StrCat(
+              "computes query rows ", Rows(c.q_rows), " x keys ", Rows(c.kv_rows),
+              ", which holds no visible pair (units the mask hides are not planned)"));
+        }
         ops.push_back({c.q_rows, c.kv_rows});
         cuts.push_back(c.q_rows.begin);
         cuts.push_back(c.q_rows.end);
@@ -168,6 +238,14 @@ absl::Status CheckCoverage(const Plan& plan, const Group& group, bool fwd) {
     for (size_t s = first; s + 1 < cuts.size() && cuts[s] < q.end; ++s) per_seg[s].push_back(kv);
   }
   const char* pass = fwd ? "forward" : "backward";
+  if (!plan.dense()) {
+    const MaskSpec mask = plan.Mask();
+    for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+      RETURN_IF_ERROR(CheckMaskedSegment(plan, mask, unit_pairs.rows(), {cuts[s], cuts[s + 1]},
+                                         per_seg[s], pass));
+    }
+    return absl::OkStatus();
+  }
   for (size_t s = 0; s + 1 < cuts.size(); ++s) {
     const int64_t visible_end = plan.causal ? cuts[s + 1] : plan.seq_len;
     std::vector<RowRange> kvs;

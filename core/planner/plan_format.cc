@@ -1,5 +1,8 @@
 #include "core/planner/plan_format.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -101,6 +104,45 @@ std::string StepsJson(const std::vector<PlanStep>& pass) {
   return absl::StrCat("[", absl::StrJoin(steps, ","), "]");
 }
 
+// Documents of batch row 0 (1 without offsets) and the longest.
+std::pair<size_t, int64_t> Documents(const Plan& plan) {
+  const std::vector<int64_t>& off = plan.mask_spec.OffsetsOf(0);
+  if (off.size() < 2) return {1, plan.seq_len};
+  int64_t longest = 0;
+  for (size_t i = 1; i < off.size(); ++i) longest = std::max(longest, off[i] - off[i - 1]);
+  return {off.size() - 1, longest};
+}
+
+// ", causal", ", full", plus the documents and window of a masked plan.
+std::string MaskText(const Plan& plan) {
+  std::string out = plan.causal ? ", causal" : ", full";
+  if (plan.dense()) return out;
+  const auto [docs, longest] = Documents(plan);
+  if (docs > 1) {
+    absl::StrAppend(&out, ", ", docs, " documents (longest ", longest, ")");
+    if (plan.mask_spec.doc_offsets.size() > 1) absl::StrAppend(&out, " in row 0");
+  }
+  const MaskSpec m = plan.Mask();
+  if (m.window_left >= 0 || (!m.causal && m.window_right >= 0)) {
+    absl::StrAppend(&out, ", window ", m.window_left, ",", m.causal ? 0 : m.window_right);
+  }
+  const double all = static_cast<double>(plan.seq_len) * static_cast<double>(plan.seq_len);
+  absl::StrAppendFormat(&out, ", %.4f of all pairs visible",
+                        UnitPairs(plan)({0, plan.seq_len}, {0, plan.seq_len}) / all);
+  return out;
+}
+
+std::string MaskJson(const Plan& plan) {
+  const auto [docs, longest] = Documents(plan);
+  const MaskSpec m = plan.Mask();
+  const double all = static_cast<double>(plan.seq_len) * static_cast<double>(plan.seq_len);
+  return absl::StrFormat(
+      ",\"documents\":%d,\"longest_document\":%d,\"window_left\":%d,\"window_right\":%d,"
+      "\"visible_pair_fraction\":%.9g",
+      docs, longest, m.window_left, m.window_right,
+      UnitPairs(plan)({0, plan.seq_len}, {0, plan.seq_len}) / all);
+}
+
 }  // namespace
 
 std::string FormatSteps(const Plan& plan, bool backward) {
@@ -129,7 +171,7 @@ std::string FormatSteps(const Plan& plan, bool backward) {
 std::string FormatCost(const Plan& plan, const PlanCost& cost, const CheckReport& check) {
   std::string out = absl::StrCat("schedule ", plan.schedule, ", ", plan.num_workers(),
                                  " workers, seq_len ", plan.seq_len,
-                                 plan.causal ? ", causal" : ", full", "; CheckPlan: OK\n");
+                                 MaskText(plan), "; CheckPlan: OK\n");
   absl::StrAppend(&out, PassTable("forward", cost.forward, check.peak_forward_bytes, plan));
   absl::StrAppend(&out, PassTable("backward", cost.backward, check.peak_backward_bytes, plan));
   return out;
@@ -147,6 +189,7 @@ std::string FormatJson(const Plan& plan, const PlanCost& cost, const CheckReport
       cost.backward.makespan_ratio, check.max_peak_bytes,
       PassJson(cost.forward, check.peak_forward_bytes, plan),
       PassJson(cost.backward, check.peak_backward_bytes, plan));
+  absl::StrAppend(&out, MaskJson(plan));
   if (with_steps) {
     std::vector<std::string> ws;
     for (const WorkerPlan& w : plan.workers) {

@@ -26,6 +26,71 @@ int64_t TransferBytes(const AttentionShape& s, PlanTensor tensor, int64_t rows) 
   return 0;
 }
 
+MaskSpec Plan::Mask() const {
+  MaskSpec m = mask_spec;
+  m.causal = causal;
+  return m;
+}
+
+bool Plan::dense() const {
+  for (const std::vector<int64_t>& row : mask_spec.doc_offsets) {
+    if (row.size() > 2) return false;
+  }
+  return mask_spec.window_left < 0 && (causal || mask_spec.window_right < 0);
+}
+
+UnitPairs::UnitPairs(const Plan& plan) : UnitPairs(plan.Mask(), plan.seq_len) {}
+
+UnitPairs::UnitPairs(const MaskSpec& mask, int64_t seq_len)
+    : mask_(mask), seq_(seq_len), dense_(mask.IsDense()), kind_(mask.Kind()) {
+  rows_ = std::max<int>(1, static_cast<int>(mask_.doc_offsets.size()));
+}
+
+int64_t UnitPairs::Row(int b, const RowRange& q, const RowRange& kv) const {
+  if (q.size() <= 0 || kv.size() <= 0) return 0;
+  if (dense_) return VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), kind_);
+  return VisiblePairs(mask_, b, seq_, q.begin, q.size(), kv.begin, kv.size());
+}
+
+RowRange UnitPairs::KeysSeen(const RowRange& q, const RowRange& kv) const {
+  if (q.size() <= 0 || kv.size() <= 0) return {kv.begin, kv.begin};
+  int64_t lo = kv.end, hi = kv.begin;
+  const bool causal = kind_ == MaskKind::kCausal;
+  for (int b = 0; b < rows_; ++b) {
+    const PositionInterval first = dense_ ? PositionInterval{0, causal ? q.begin + 1 : seq_}
+                                          : VisibleKeys(mask_, b, seq_, q.begin);
+    const PositionInterval last = dense_ ? PositionInterval{0, causal ? q.end : seq_}
+                                         : VisibleKeys(mask_, b, seq_, q.end - 1);
+    lo = std::min(lo, std::max(kv.begin, first.lo));
+    hi = std::max(hi, std::min(kv.end, last.hi));
+  }
+  if (hi <= lo) return {kv.begin, kv.begin};
+  return {lo, hi};
+}
+
+RowRange UnitPairs::QueriesSeeing(const RowRange& q, const RowRange& kv) const {
+  if (q.size() <= 0 || kv.size() <= 0) return {q.begin, q.begin};
+  int64_t lo = q.end, hi = q.begin;
+  const bool causal = kind_ == MaskKind::kCausal;
+  for (int b = 0; b < rows_; ++b) {
+    const PositionInterval first = dense_ ? PositionInterval{causal ? kv.begin : 0, seq_}
+                                          : VisibleQueries(mask_, b, seq_, kv.begin);
+    const PositionInterval last = dense_ ? PositionInterval{causal ? kv.end - 1 : 0, seq_}
+                                         : VisibleQueries(mask_, b, seq_, kv.end - 1);
+    lo = std::min(lo, std::max(q.begin, first.lo));
+    hi = std::max(hi, std::min(q.end, last.hi));
+  }
+  if (hi <= lo) return {q.begin, q.begin};
+  return {lo, hi};
+}
+
+double UnitPairs::operator()(const RowRange& q, const RowRange& kv) const {
+  if (rows_ == 1) return static_cast<double>(Row(0, q, kv));
+  double sum = 0;
+  for (int b = 0; b < rows_; ++b) sum += static_cast<double>(Row(b, q, kv));
+  return sum / rows_;
+}
+
 HeadRange WorkerKvHeads(const WorkerPlan& w, int kv_heads) {
   return w.kv_heads.empty() ? HeadRange{0, kv_heads} : w.kv_heads;
 }
@@ -121,10 +186,9 @@ std::vector<int64_t> ProportionalCuts(int64_t total, const std::vector<double>& 
   return b;
 }
 
-int64_t CutRowNear(const RowRange& q, const RowRange& kv, MaskKind mask, double need) {
-  auto pairs = [&](int64_t r) {
-    return static_cast<double>(VisiblePairs(q.begin, r - q.begin, kv.begin, kv.size(), mask));
-  };
+int64_t CutRowNear(const RowRange& q, const RowRange& kv, const UnitPairs& unit_pairs,
+                   double need) {
+  auto pairs = [&](int64_t r) { return unit_pairs(RowRange{q.begin, r}, kv); };
   int64_t lo = q.begin, hi = q.end;  // smallest r with pairs(r) >= need
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
@@ -138,6 +202,72 @@ int64_t CutRowNear(const RowRange& q, const RowRange& kv, MaskKind mask, double 
   return lo;
 }
 
+void PruneInvisible(Plan& plan) {
+  if (plan.dense() || HasBackwardSteps(plan)) return;
+  const UnitPairs pairs(plan);
+  for (WorkerPlan& w : plan.workers) {
+    for (PlanStep& s : w.forward) {
+      std::erase_if(s.computes,
+                    [&](const ComputeOp& c) { return pairs(c.q_rows, c.kv_rows) <= 0; });
+    }
+  }
+  // Whether worker w needs `x` (received in step t): a compute reads rows inside it (kQ: as
+  // queries, kKV: as keys), or a later send forwards rows inside it.
+  auto needed = [&](int w, int t, const Transfer& x) {
+    const auto& pass = plan.workers[w].forward;
+    for (int u = t; u < static_cast<int>(pass.size()); ++u) {
+      for (const ComputeOp& c : pass[u].computes) {
+        const RowRange& r = x.tensor == PlanTensor::kQ ? c.q_rows : c.kv_rows;
+        if (x.rows.Contains(r)) return true;
+      }
+      if (u == t) continue;
+      for (const Transfer& y : pass[u].sends) {
+        if (y.tensor == x.tensor && x.rows.Contains(y.rows)) return true;
+      }
+    }
+    return false;
+  };
+  // Whether worker w computed a partial inside rows r before step t.
+  auto computed = [&](int w, int t, const RowRange& r) {
+    const auto& pass = plan.workers[w].forward;
+    for (int u = 0; u < t && u < static_cast<int>(pass.size()); ++u) {
+      for (const ComputeOp& c : pass[u].computes) {
+        if (r.Contains(c.q_rows)) return true;
+      }
+    }
+    return false;
+  };
+  auto drop_recv = [&](int to, int t, int from, const Transfer& x) {
+    std::vector<Transfer>& recvs = plan.workers[to].forward[t].recvs;
+    for (size_t k = 0; k < recvs.size(); ++k) {
+      if (recvs[k].peer == from && recvs[k].tensor == x.tensor && recvs[k].rows == x.rows) {
+        recvs.erase(recvs.begin() + static_cast<std::ptrdiff_t>(k));
+        return;
+      }
+    }
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int w = 0; w < plan.num_workers(); ++w) {
+      for (int t = 0; t < static_cast<int>(plan.workers[w].forward.size()); ++t) {
+        std::vector<Transfer>& sends = plan.workers[w].forward[t].sends;
+        for (size_t k = 0; k < sends.size();) {
+          const Transfer x = sends[k];
+          const bool drop = x.tensor == PlanTensor::kOutPartial ? !computed(w, t, x.rows)
+                                                                : !needed(x.peer, t, x);
+          if (drop) {
+            sends.erase(sends.begin() + static_cast<std::ptrdiff_t>(k));
+            drop_recv(x.peer, t, w, x);
+            changed = true;
+          } else {
+            ++k;
+          }
+        }
+      }
+    }
+  }
+}
+
 void EqualizeSteps(Plan& plan) {
   size_t n = 0;
   for (const WorkerPlan& w : plan.workers) n = std::max(n, w.forward.size());
@@ -146,7 +276,10 @@ void EqualizeSteps(Plan& plan) {
 
 bool TakeBackwardFrom(Plan& plan, Plan backward_source) {
   if (backward_source.num_workers() != plan.num_workers() ||
-      backward_source.seq_len != plan.seq_len || backward_source.causal != plan.causal) {
+      backward_source.seq_len != plan.seq_len || backward_source.causal != plan.causal ||
+      backward_source.mask_spec.doc_offsets != plan.mask_spec.doc_offsets ||
+      backward_source.mask_spec.window_left != plan.mask_spec.window_left ||
+      backward_source.mask_spec.window_right != plan.mask_spec.window_right) {
     return false;
   }
   for (int w = 0; w < plan.num_workers(); ++w) {
@@ -161,6 +294,12 @@ bool TakeBackwardFrom(Plan& plan, Plan backward_source) {
   return true;
 }
 }  // namespace planner_internal
+
+MaskSpec RequestMask(const PlanRequest& r) {
+  MaskSpec m = r.mask_spec;
+  m.causal = r.causal;
+  return m;
+}
 
 absl::Status ValidatePlanRequest(const PlanRequest& r) {
   if (r.workers < 1) {
@@ -207,6 +346,18 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
         "session_shape: batch, q_heads, kv_heads, head_dim must be >= 1 and q_heads a multiple "
         "of kv_heads (or batch 0: not given), got ", ss.batch, ", ", ss.q_heads, ", ",
         ss.kv_heads, ", ", ss.head_dim));
+  }
+  if (!RequestMask(r).IsDense() && r.mask_spec.causal != r.causal) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mask_spec.causal (", r.mask_spec.causal ? "true" : "false", ") differs from causal (",
+        r.causal ? "true" : "false", ")"));
+  }
+  {
+    MaskSpec mask = r.mask_spec;
+    mask.causal = r.causal;
+    const int batch = ss.batch > 0 ? ss.batch : r.shape.batch;
+    const absl::Status s = ValidateMask(mask, batch, r.seq_len);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("mask_spec.", s.message()));
   }
   if (r.schedule == "distflash") {
     if (r.workers % 2 != 0) {

@@ -73,12 +73,21 @@ struct PlanRequest {
   // (schedule "balanced", WorkerPlan::kv_heads set): callers that set it must check, cost and
   // run the plan at this shape. batch 0 (the default) or kv_heads < 2: no head groups.
   AttentionShape session_shape{0, 0, 0, 0, DType::kBF16};
+  // The rest of the mask (core/mask.h): packed documents per batch row and a sliding window.
+  // Plans carry it as Plan::mask_spec; every schedule computes only units with visible pairs,
+  // and "balanced" (head groups included) divides the visible pairs by speed. When it has
+  // documents or a window its `causal` must equal `causal` (ValidatePlanRequest).
+  MaskSpec mask_spec = {};
 };
 
 // INVALID_ARGUMENT naming the field for: workers < 1, seq_len < workers, speeds of the wrong
 // count or not positive/finite, an unknown schedule, distflash with odd workers, an unknown
-// profile, a shape with a non-positive size or q_heads not a multiple of kv_heads.
+// profile, a shape with a non-positive size or q_heads not a multiple of kv_heads, a mask_spec
+// that ValidateMask refuses (batch: session_shape's when given, else shape's; "mask_spec.
+// doc_offsets[0][3]: ...") or whose causal differs from `causal`.
 absl::Status ValidatePlanRequest(const PlanRequest& request);
+// The request's whole mask: mask_spec with causal = request.causal.
+MaskSpec RequestMask(const PlanRequest& request);
 
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request);
 
@@ -91,6 +100,32 @@ Plan MakeZigzagPlan(const PlanRequest& request);
 // plans and (P >= 32, unequal speeds, profile cpu) speed-grouped tiled plans. Returns a plan with its backward steps when it tuned them (else MakePlan derives them).
 Plan MakeBalancedPlan(const PlanRequest& request);
 Plan MakeSpeedProportionalPlan(const PlanRequest& request);
+// Variants of it (the balanced search tries several for masked requests). Masked requests:
+// shards hold equal visible pairs per speed, and each worker receives only the keys its queries
+// see (the documents crossing its boundaries, the window's reach).
+struct ContiguousOptions {
+  // Each worker's work list spread over this many steps (0: P for dense masks, else the
+  // longest list: own shard plus the shards its queries see).
+  int steps = 0;
+  // Every K/V transfer from its owner posted before the pass (Transfer::lead), not one step
+  // before its use.
+  bool early = false;
+  // The last step's share of the own block computed last (steps >= 3), so the derived
+  // backward's dK/dV partials of the foreign keys travel during it.
+  bool own_tail = false;
+  // Causal: keys forwarded by the previous worker when it holds them a step before they are
+  // needed (a chain down a long document) instead of sent by their owner to every later worker.
+  bool relay = false;
+  // The other shards farthest first (default: nearest first), so that the keys seen by many
+  // later workers (a long document's first shard) are used, and their derived backward's dK/dV
+  // partials returned, early in the pass.
+  bool far_first = false;
+  // Each other shard's keys in this many pieces of equal rows, used one after the other (each
+  // its own transfer), so the derived backward returns the dK/dV partial of all but the last
+  // piece early.
+  int kv_pieces = 1;
+};
+Plan MakeSpeedProportionalPlan(const PlanRequest& request, const ContiguousOptions& options);
 // "heads" (heads_schedule.cc) with HeadGroupCount(request) groups, or with `groups` groups
 // (groups must divide workers and be <= kv_heads; otherwise, and for groups <= 1, the balanced
 // plan with every worker holding all heads). Head ranges are set only when groups > 1. Returns a

@@ -16,6 +16,7 @@ Plan MakeRingPlan(const PlanRequest& r) {
   plan.schedule = "ring";
   plan.seq_len = r.seq_len;
   plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
   plan.workers.resize(P);
   auto chunk = [&](int i) {
     return RowRange{ChunkBoundary(r.seq_len, P, i), ChunkBoundary(r.seq_len, P, i + 1)};
@@ -32,6 +33,7 @@ Plan MakeRingPlan(const PlanRequest& r) {
       AddForwardCompute(plan, t, to, chunk(to), chunk(j));
     }
   }
+  planner_internal::PruneInvisible(plan);
   return plan;
 }
 

@@ -45,6 +45,7 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
   plan.schedule = "balanced";
   plan.seq_len = S;
   plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
   plan.workers.resize(P);
   std::vector<double> speeds = r.speeds;
   if (speeds.empty()) speeds.assign(P, 1.0);
@@ -75,6 +76,7 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
     if (bc[i + 1] > bc[i]) owned.push_back(RowRange{S - bc[i + 1], S - bc[i]});
   }
   const int N = static_cast<int>(all.size());
+  const UnitPairs unit_pairs(plan);
   auto ranges = [](const Piece& p) {
     std::vector<RowRange> v;
     if (p.front.size() > 0) v.push_back(p.front);
@@ -98,7 +100,7 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
       }
       for (const RowRange& q : plan.workers[i].owned) {
         for (const RowRange& kv : ranges(piece)) {
-          if (VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), plan.mask()) > 0) {
+          if (unit_pairs(q, kv) > 0) {
             AddForwardCompute(plan, t, i, q, kv);
           }
         }
@@ -128,7 +130,7 @@ Plan MakeStripedRingPlan(const PlanRequest& r, const std::vector<int>& pieces,
         }
         bool used = false;
         for (const RowRange& kv : plan.workers[i].owned) {
-          if (VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), plan.mask()) > 0) {
+          if (unit_pairs(q, kv) > 0) {
             StepAt(plan.workers[i].backward, t).computes.push_back(ComputeOp{q, kv});
             used = true;
           }

@@ -122,6 +122,7 @@ Plan BuildTiledPlan(const PlanRequest& r, const TiledOptions& o, const std::vect
   plan.schedule = "balanced";
   plan.seq_len = S;
   plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
   plan.workers.resize(P);
   std::vector<double> speeds = r.speeds;
   if (speeds.empty()) speeds.assign(P, 1.0);
@@ -140,10 +141,7 @@ Plan BuildTiledPlan(const PlanRequest& r, const TiledOptions& o, const std::vect
     return static_cast<int>(std::upper_bound(oc.begin(), oc.end(), p) - oc.begin()) - 1;
   };
   const int G = static_cast<int>(gbounds.size()) - 1;
-  const MaskKind mask = plan.mask();
-  auto pairs_of = [&](const RowRange& q, const RowRange& kv) {
-    return static_cast<double>(VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), mask));
-  };
+  const UnitPairs pairs_of(plan);
 
   // The step grid, shared by all workers (every worker's work is proportional to its speed, so
   // the same fraction of it takes the same time): bounds[t] = fraction of the non-local work done
@@ -278,12 +276,13 @@ Plan BuildTiledPlan(const PlanRequest& r, const TiledOptions& o, const std::vect
           const double target = rest * bounds[t];
           int64_t cut = q.end;
           if (t + 1 < static_cast<int>(bounds.size()) && done + pairs_of(q, kv) > target + 0.5) {
-            cut = planner_internal::CutRowNear(q, kv, mask, target - done);
+            cut = planner_internal::CutRowNear(q, kv, pairs_of, target - done);
           }
           if (cut > q.begin) {
             const RowRange part{q.begin, cut};
-            AddForwardCompute(plan, t, w, part, kv);
-            done += pairs_of(part, kv);
+            const double work = pairs_of(part, kv);
+            if (work > 0) AddForwardCompute(plan, t, w, part, kv);  // masks: may see none
+            done += work;
             q.begin = cut;
           }
           if (q.size() > 0) ++t;  // step t is full

@@ -10,7 +10,8 @@
 //     (owned data is available from the start; never into step 0, whose window is empty);
 //   - a partial may move up to `window` steps later (nothing writes a partial after its send,
 //     and it still reaches its owner exactly once, before the end of the pass).
-// Transfers of forwarded (not owned) buffers stay. The result passes CheckPlan if the input does;
+// Transfers of forwarded (not owned) buffers stay, and so do transfers posted early already
+// (Transfer::lead > 0). The result passes CheckPlan if the input does;
 // receive buffers may live a little longer (peak memory is reported by the checker).
 #include <algorithm>
 #include <limits>
@@ -54,13 +55,13 @@ void BalanceTransfers(Plan& plan, const CostParams& params, int window, bool for
   const double flops_per_pair = 4.0 * params.shape.batch * params.shape.q_heads *
                                 params.shape.head_dim * (forward ? 1.0 : 2.5);
   std::vector<double> dur(n, 0);
+  const UnitPairs pairs_of(plan);
   for (int w = 0; w < P; ++w) {
     const auto& pass = pass_of(plan.workers[w]);
     for (size_t t = 0; t < n; ++t) {
       double pairs = 0;
       for (const ComputeOp& c : pass[t].computes) {
-        pairs += static_cast<double>(VisiblePairs(c.q_rows.begin, c.q_rows.size(), c.kv_rows.begin,
-                                                  c.kv_rows.size(), plan.mask()));
+        pairs += pairs_of(c.q_rows, c.kv_rows);
       }
       dur[t] = std::max(dur[t], pairs * flops_per_pair / params.flops_per_second / speeds[w]);
     }
@@ -76,7 +77,7 @@ void BalanceTransfers(Plan& plan, const CostParams& params, int window, bool for
                         params.bandwidth_bytes_per_second;
         if (IsPartial(x.tensor)) {
           if (t >= 1) m.hi = std::min<int>(static_cast<int>(n) - 1, t + window);
-        } else if (t >= 2 && Owns(plan.workers[w], x.rows)) {
+        } else if (t >= 2 && x.lead == 0 && Owns(plan.workers[w], x.rows)) {  // (led: early already)
           m.lo = std::max(1, t - window);
         }
         moves.push_back(m);

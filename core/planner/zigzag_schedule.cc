@@ -16,16 +16,18 @@ Plan MakeZigzagPlan(const PlanRequest& r) {
   plan.schedule = "zigzag";
   plan.seq_len = r.seq_len;
   plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
   plan.workers.resize(P);
   auto chunk = [&](int c) {
     return RowRange{ChunkBoundary(r.seq_len, 2 * P, c), ChunkBoundary(r.seq_len, 2 * P, c + 1)};
   };
   auto chunks_of = [&](int i) { return std::vector<RowRange>{chunk(i), chunk(2 * P - 1 - i)}; };
   for (int i = 0; i < P; ++i) plan.workers[i].owned = chunks_of(i);
+  const UnitPairs unit_pairs(plan);
   auto add_units = [&](int t, int i, int j) {
     for (const RowRange& q : chunks_of(i)) {
       for (const RowRange& kv : chunks_of(j)) {
-        if (VisiblePairs(q.begin, q.size(), kv.begin, kv.size(), plan.mask()) > 0) {
+        if (unit_pairs(q, kv) > 0) {
           AddForwardCompute(plan, t, i, q, kv);
         }
       }
@@ -41,6 +43,7 @@ Plan MakeZigzagPlan(const PlanRequest& r) {
       add_units(t, to, j);
     }
   }
+  planner_internal::PruneInvisible(plan);
   return plan;
 }
 

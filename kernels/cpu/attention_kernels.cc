@@ -144,6 +144,48 @@ inline void MaskRow(float* srow, int64_t q_pos, int64_t k_first, int64_t valid_n
   for (int64_t j = limit; j < kBlockN; ++j) srow[j] = kNegInf;
 }
 
+inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// kIntervals: keeps columns [c_lo, c_hi) of a score row (key positions relative to the block's
+// first key; the block holds valid_n keys) and sets the others to -inf.
+inline void MaskRowRange(float* srow, int64_t c_lo, int64_t c_hi, int64_t valid_n) {
+  c_lo = Max(c_lo, 0);
+  c_hi = Min(c_hi, valid_n);
+  if (c_hi < c_lo) c_hi = c_lo;
+  for (int64_t j = 0; j < Min(c_lo, kBlockN); ++j) srow[j] = kNegInf;
+  for (int64_t j = c_hi; j < kBlockN; ++j) srow[j] = kNegInf;
+}
+
+// kIntervals, the tile of query positions [q_first, q_first + rows) x key positions
+// [k_first, k_first + valid_n): 0 = no visible pair (skipped), 1 = partly visible (masked
+// per element), 2 = every pair visible of a whole block (no mask). Rows' intervals are
+// non-decreasing, so the first and last rows bound the rest.
+inline int TileVisibility(const int32_t* lo, const int32_t* hi, int64_t q_first, int64_t rows,
+                          int64_t k_first, int64_t valid_n) {
+  const int64_t q_last = q_first + rows - 1, k_end = k_first + valid_n;
+  if (lo[q_first] >= k_end || hi[q_last] <= k_first) return 0;
+  if (valid_n == kBlockN && rows == kBlockM && lo[q_last] <= k_first && hi[q_first] >= k_end) {
+    return 2;
+  }
+  for (int64_t r = q_first; r <= q_last; ++r) {
+    if (Max(lo[r], k_first) < Min(hi[r], k_end)) return 1;
+  }
+  return 0;
+}
+
+// kIntervals: the blocks [*begin, *end) of `count` blocks of `block` rows starting at
+// position row0 that intersect positions [lo, hi).
+inline void BlockRange(int64_t lo, int64_t hi, int64_t row0, int64_t rows, int64_t block,
+                       int64_t* begin, int64_t* end) {
+  const int64_t a = Max(lo, row0) - row0, e = Min(hi, row0 + rows) - row0;
+  if (e <= a) {
+    *begin = *end = 0;
+    return;
+  }
+  *begin = a / block;
+  *end = (e + block - 1) / block;
+}
+
 int64_t ForwardScratchFloats(int dp) {
   return int64_t{kBlockM} * kBlockN + int64_t{kBlockM} * dp + 2 * kBlockM;
 }
@@ -170,17 +212,38 @@ void ForwardTask(const ForwardParams& p, int64_t task, float* scratch) {
 
   const int64_t q_first = p.q_row0 + qb * kBlockM;
   const int64_t q_last = q_first + rows - 1;
-  int64_t kb_end = p.n_pad / kBlockN;
-  if (p.causal) kb_end = q_last < p.kv_row0 ? 0 : Min(kb_end, (q_last - p.kv_row0) / kBlockN + 1);
+  const bool iv = p.iv.q_lo != nullptr;
+  const int32_t* iv_lo = iv ? p.iv.q_lo + b * p.iv.seq : nullptr;
+  const int32_t* iv_hi = iv ? p.iv.q_hi + b * p.iv.seq : nullptr;
+  int64_t kb_begin = 0, kb_end = p.n_pad / kBlockN;
+  if (iv) {
+    BlockRange(iv_lo[q_first], iv_hi[q_last], p.kv_row0, p.n, kBlockN, &kb_begin, &kb_end);
+  } else if (p.causal) {
+    kb_end = q_last < p.kv_row0 ? 0 : Min(kb_end, (q_last - p.kv_row0) / kBlockN + 1);
+  }
 
-  for (int64_t kb = 0; kb < kb_end; ++kb) {
-    Gemm<false>(mr, kBlockN, dp, q, dp, 1, kt + kb * kBlockN * dp, kBlockN, s, kBlockN);
+  for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
     const int64_t k_first = p.kv_row0 + kb * kBlockN;
     const int64_t valid_n = Min(kBlockN, p.n - kb * kBlockN);
-    const bool need_mask = valid_n < kBlockN || (p.causal && k_first + valid_n - 1 > q_first);
+    bool need_mask = valid_n < kBlockN || (p.causal && k_first + valid_n - 1 > q_first);
+    if (iv) {
+      const int vis = TileVisibility(iv_lo, iv_hi, q_first, rows, k_first, valid_n);
+      if (vis == 0) continue;  // no visible pair: costs nothing
+      need_mask = vis == 1;
+    }
+    Gemm<false>(mr, kBlockN, dp, q, dp, 1, kt + kb * kBlockN * dp, kBlockN, s, kBlockN);
     for (int64_t i = 0; i < mr; ++i) {
       float* srow = s + i * kBlockN;
-      if (need_mask) MaskRow(srow, q_first + i, k_first, valid_n, p.causal);
+      if (need_mask && iv) {
+        if (i < rows) {
+          MaskRowRange(srow, iv_lo[q_first + i] - k_first, iv_hi[q_first + i] - k_first,
+                       valid_n);
+        } else {
+          MaskRowRange(srow, 0, 0, valid_n);  // padding rows see nothing
+        }
+      } else if (need_mask) {
+        MaskRow(srow, q_first + i, k_first, valid_n, p.causal);
+      }
       vf mx = Splat(kNegInf);
       for (int j = 0; j < kBlockN; j += kW) {
         const vf x = Load(srow + j);
@@ -239,16 +302,30 @@ void BackwardTask(const BackwardParams& p, int64_t task, float* scratch) {
   float* dk = ds + kBlockM * kBlockN;  // [kBlockN][dp]
   float* dv = dk + kBlockN * dp;
 
+  const bool iv = p.iv.q_lo != nullptr;
+  const int32_t* iv_lo = iv ? p.iv.q_lo + b * p.iv.seq : nullptr;
+  const int32_t* iv_hi = iv ? p.iv.q_hi + b * p.iv.seq : nullptr;
   for (int64_t kb = chunk; kb < nkb; kb += p.chunks) {
     const int64_t k_first = p.kv_row0 + kb * kBlockN;
     const int64_t valid_n = Min(kBlockN, p.n - kb * kBlockN);
+    int64_t qb_begin = 0, qb_end = nqb;
+    if (iv) {  // the queries that see any key of the block
+      BlockRange(p.iv.k_lo[b * p.iv.seq + k_first], p.iv.k_hi[b * p.iv.seq + k_first + valid_n - 1],
+                 p.q_row0, p.m, kBlockM, &qb_begin, &qb_end);
+    }
     for (int64_t i = 0; i < kBlockN * dp; ++i) dk[i] = 0.f, dv[i] = 0.f;
     for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
       const int64_t bh = b * p.q_heads + h;
-      for (int64_t qb = 0; qb < nqb; ++qb) {
+      for (int64_t qb = qb_begin; qb < qb_end; ++qb) {
         const int64_t q_first = p.q_row0 + qb * kBlockM;
         const int64_t rows = Min(kBlockM, p.m - qb * kBlockM);
-        if (p.causal && q_first + rows - 1 < k_first) continue;  // sees none of these keys
+        int vis = 1;
+        if (iv) {
+          vis = TileVisibility(iv_lo, iv_hi, q_first, rows, k_first, valid_n);
+          if (vis == 0) continue;  // no visible pair: costs nothing
+        } else if (p.causal && q_first + rows - 1 < k_first) {
+          continue;  // sees none of these keys
+        }
         const int64_t mr = RoundUp(rows, kMR);
         const int64_t row0 = bh * p.m_pad + qb * kBlockM;
         const float* q = p.qs + row0 * dp;
@@ -258,10 +335,20 @@ void BackwardTask(const BackwardParams& p, int64_t task, float* scratch) {
         float* dq = p.dq_acc + (chunk * p.batch * p.q_heads * p.m_pad + row0) * dp;
 
         Gemm<false>(mr, kBlockN, dp, q, dp, 1, kt + kb * kBlockN * dp, kBlockN, pm, kBlockN);
-        const bool need_mask = valid_n < kBlockN || (p.causal && k_first + valid_n - 1 > q_first);
+        const bool need_mask =
+            iv ? vis == 1 : valid_n < kBlockN || (p.causal && k_first + valid_n - 1 > q_first);
         for (int64_t i = 0; i < mr; ++i) {
           float* prow = pm + i * kBlockN;
-          if (need_mask) MaskRow(prow, q_first + i, k_first, valid_n, p.causal);
+          if (need_mask && iv) {
+            if (i < rows) {
+              MaskRowRange(prow, iv_lo[q_first + i] - k_first, iv_hi[q_first + i] - k_first,
+                           valid_n);
+            } else {
+              MaskRowRange(prow, 0, 0, valid_n);
+            }
+          } else if (need_mask) {
+            MaskRow(prow, q_first + i, k_first, valid_n, p.causal);
+          }
           for (int j = 0; j < kBlockN; j += kW) Store(prow + j, Exp2(Load(prow + j) - lse2[i]));
         }
         // dV += P^T dO

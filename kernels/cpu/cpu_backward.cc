@@ -89,6 +89,11 @@ void RunBackward(const BackwardArgs& a, const KernelTable& kernels, ThreadPool& 
   p.q_row0 = a.q_row0;
   p.kv_row0 = a.kv_row0;
   p.causal = a.mask == MaskKind::kCausal;
+  p.iv = {};
+  if (a.mask == MaskKind::kIntervals) {
+    p.iv = {a.intervals.q_lo, a.intervals.q_hi, a.intervals.k_lo, a.intervals.k_hi,
+            a.intervals.seq};
+  }
   p.chunks = static_cast<int>(chunks);
 
   const int64_t scratch = kernels.backward_scratch_floats(dp);

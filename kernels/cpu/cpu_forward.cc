@@ -37,6 +37,11 @@ void RunForward(const ForwardArgs& a, const KernelTable& kernels, ThreadPool& po
   p.q_row0 = a.q_row0;
   p.kv_row0 = a.kv_row0;
   p.causal = a.mask == MaskKind::kCausal;
+  p.iv = {};
+  if (a.mask == MaskKind::kIntervals) {
+    p.iv = {a.intervals.q_lo, a.intervals.q_hi, a.intervals.k_lo, a.intervals.k_hi,
+            a.intervals.seq};
+  }
 
   const int64_t scratch = kernels.forward_scratch_floats(dp);
   ws.scratch.resize(pool.size());

@@ -22,6 +22,17 @@ inline constexpr int kBlockM = 64;    // query rows per block
 inline constexpr int kBlockN = 64;    // key rows per block
 inline constexpr int kDimAlign = 16;  // packed head dim is a multiple of this (one AVX-512 vector)
 
+// MaskKind::kIntervals (kernels/attention_backend.h MaskIntervals): per global position of one
+// batch row, query p sees keys [q_lo, q_hi) and key p is seen by queries [k_lo, k_hi); row b
+// starts at b * seq. Null arrays: the dense mask of `causal`.
+struct IntervalParams {
+  const int32_t* q_lo;
+  const int32_t* q_hi;
+  const int32_t* k_lo;
+  const int32_t* k_hi;
+  int64_t seq;
+};
+
 struct ForwardParams {
   const float* qs;
   const float* kt;
@@ -31,6 +42,7 @@ struct ForwardParams {
   int batch, q_heads, kv_heads, dp;
   int64_t m, n, m_pad, n_pad, q_row0, kv_row0;
   int causal;
+  IntervalParams iv;  // used when iv.q_lo != nullptr (then `causal` is not read)
 };
 
 struct BackwardParams {
@@ -51,6 +63,7 @@ struct BackwardParams {
   int batch, q_heads, kv_heads, dp;
   int64_t m, n, m_pad, n_pad, q_row0, kv_row0;
   int causal;
+  IntervalParams iv;  // used when iv.q_lo != nullptr (then `causal` is not read)
   int chunks;  // key blocks of one kv head are dealt round-robin to this many tasks
 };
 

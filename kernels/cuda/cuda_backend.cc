@@ -59,6 +59,17 @@ absl::Status CheckKernelDtypeAndDim(const TensorView& q) {
   return absl::OkStatus();
 }
 
+// MaskKind::kIntervals (checked by ValidateForward / ValidateBackward): the kernels' params
+// (causal off: the intervals carry the whole mask).
+cuda::IntervalParams IvParams(MaskKind mask, const MaskIntervals& iv) {
+  cuda::IntervalParams p;
+  if (mask != MaskKind::kIntervals) return p;
+  p.q_lo = iv.q_lo, p.q_hi = iv.q_hi, p.k_lo = iv.k_lo, p.k_hi = iv.k_hi;
+  p.seq = iv.seq;
+  p.on = true;
+  return p;
+}
+
 cuda::RawTensor Raw(const TensorView& t) {
   return {t.data, static_cast<int>(t.dtype), t.BatchStride(), t.RowStride()};
 }
@@ -105,6 +116,7 @@ class CudaBackend final : public AttentionBackend {
     p.kv_row0 = a.kv_row0;
     p.scale = a.scale;
     p.causal = a.mask == MaskKind::kCausal;
+    p.iv = IvParams(a.mask, a.intervals);
     p.out_f32 = a.out.dtype == DType::kF32;
     p.accumulate = a.accumulate;
     const bool bf16 = a.q.dtype == DType::kBF16;
@@ -168,6 +180,7 @@ class CudaBackend final : public AttentionBackend {
     p.kv_row0 = a.kv_row0;
     p.scale = a.scale;
     p.causal = a.mask == MaskKind::kCausal;
+    p.iv = IvParams(a.mask, a.intervals);
     const bool bf16 = a.q.dtype == DType::kBF16;
     const cuda::BwdPlan plan =
         cuda::ChooseBackward(choice_, facts_, p.causal, p.n, p.kv_heads, p.batch);

@@ -122,8 +122,9 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
   absl::Status Forward(const ForwardArgs& a) override {
     RETURN_IF_ERROR(ValidateForward(a));
-    // Our TMA warp-specialised forward where the table says so (merges into fp32 partials in place).
-    if (cuda::CudnnRunsOwnForward(choice_, facts_, a.q.head_dim)) {
+    // Our TMA warp-specialised forward where the table says so (merges into fp32 partials in place),
+    // and for every kIntervals unit (documents, windows: docs/kernels-cudnn.md says why).
+    if (a.mask == MaskKind::kIntervals || cuda::CudnnRunsOwnForward(choice_, facts_, a.q.head_dim)) {
       RETURN_IF_ERROR(cuda_->Forward(a));
       ++counters_.own_forward;
       return absl::OkStatus();
@@ -155,8 +156,10 @@ class CudnnBackend final : public CudnnAttentionBackend {
 
   absl::Status Backward(const BackwardArgs& a) override {
     RETURN_IF_ERROR(ValidateBackward(a));
-    // Our pipe backward where the table says so (fp32 += into dQ, dK, dV directly, no glue).
-    if (cuda::CudnnRunsOwnBackward(choice_, facts_, a.q.head_dim)) {
+    // Our pipe backward where the table says so (fp32 += into dQ, dK, dV directly, no glue), and
+    // for every kIntervals unit.
+    if (a.mask == MaskKind::kIntervals ||
+        cuda::CudnnRunsOwnBackward(choice_, facts_, a.q.head_dim)) {
       RETURN_IF_ERROR(cuda_->Backward(a));
       ++counters_.own_backward;
       return absl::OkStatus();

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/flash_params.h"
+#include "kernels/cuda/mask_tiles.cuh"
 
 namespace dfa::cuda {
 
@@ -40,7 +41,9 @@ __device__ inline void AtomicAddF2(float* dst, float x, float y) {
 #endif
 }
 
-template <typename T, int kD, int kBlockM, int kBlockN, int kNWarps>
+// kIv: the kIntervals mask (mask_tiles.cuh): the query blocks come from the key tile's
+// intervals (k_lo / k_hi), each key's visible queries mask P; false compiles the dense kernel.
+template <typename T, int kD, int kBlockM, int kBlockN, int kNWarps, bool kIv>
 __global__ void __launch_bounds__(kNWarps * 32) FlashBwdKernel(const BwdParams p) {
   using Tr = ElemTraits<T>;
   using Cfg = BwdTraits<T, kD, kBlockM, kBlockN, kNWarps>;
@@ -71,7 +74,20 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashBwdKernel(const BwdParams p
     const int64_t first = p.kv_row0 + n_begin - p.q_row0;  // first query row that sees a key
     if (first > 0) m_block_min = static_cast<int>(Min64(first / kBlockM, m_blocks));
   }
-  if (m_block_min >= m_blocks) return;  // nothing visible: dK, dV unchanged
+  int m_block_end = m_blocks;
+  IvRow iv_key[2];  // kIv: this thread's two key rows' visible queries (unit-local)
+  if constexpr (kIv) {
+    const IvQueryRange r = IvQueryBlocks(p.iv, b, p.kv_row0 + n_begin,
+                                         p.kv_row0 + n_begin + n_valid - 1, p.q_row0, p.m, kBlockM);
+    m_block_min = r.first;
+    m_block_end = r.end;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int nl = nr0 + g + hf * 8;
+      iv_key[hf] = IvKeyRow(p.iv, b, p.kv_row0 + n_begin + nl, p.q_row0, p.m, nl < n_valid);
+    }
+  }
+  if (m_block_min >= m_block_end) return;  // nothing visible: dK, dV unchanged
 
   const T* k_g = static_cast<const T*>(p.k) + b * p.k_batch_stride + n_begin * p.k_row_stride + int64_t{hk} * kD;
   const T* v_g = static_cast<const T*>(p.v) + b * p.v_batch_stride + n_begin * p.v_row_stride + int64_t{hk} * kD;
@@ -87,7 +103,7 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashBwdKernel(const BwdParams p
 
   // Work items are (query head of the group, query block); Q and dO of item i + 1 are copied
   // while item i computes.
-  const int per_head = m_blocks - m_block_min;
+  const int per_head = m_block_end - m_block_min;
   const int items = group * per_head;
   auto load_item = [&](int item, int stage) {
     const int h = hk * group + item / per_head;
@@ -157,7 +173,12 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashBwdKernel(const BwdParams p
           const int nl = nr0 + g + (e >> 1) * 8;
           const int ml = mt * 8 + 2 * t + (e & 1);
           float pv = FastExp2(st[mt][e] * scale_log2 - s_lse[ml]);
-          if (nl >= n_valid || (p.causal && p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml)) pv = 0.f;
+          if constexpr (kIv) {
+            const int64_t mq = m_begin + ml;
+            if (mq < iv_key[e >> 1].lo || mq >= iv_key[e >> 1].hi) pv = 0.f;
+          } else if (nl >= n_valid || (p.causal && p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml)) {
+            pv = 0.f;
+          }
           st[mt][e] = pv;
           dpt[mt][e] = pv * (dpt[mt][e] - s_delta[ml]);
         }
@@ -244,10 +265,10 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashBwdKernel(const BwdParams p
   }
 }
 
-template <typename T, int kD, int kBlockM, int kBlockN, int kNWarps>
+template <typename T, int kD, int kBlockM, int kBlockN, int kNWarps, bool kIv = false>
 cudaError_t LaunchBwd(const BwdParams& p, cudaStream_t stream) {
   using Cfg = BwdTraits<T, kD, kBlockM, kBlockN, kNWarps>;
-  auto kernel = FlashBwdKernel<T, kD, kBlockM, kBlockN, kNWarps>;
+  auto kernel = FlashBwdKernel<T, kD, kBlockM, kBlockN, kNWarps, kIv>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;

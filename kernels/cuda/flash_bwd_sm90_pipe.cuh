@@ -40,6 +40,9 @@
 // - Per item the GEMMs are issued as S^T, dP^T | dV | dQ (previous item), dK: the consumer waits
 //   for dQ while dK is still on the tensor cores and stages dQ under it (FlashAttention-3's
 //   order).
+// - kIntervals (template flag kIv, mask_tiles.cuh): the items cover only the query blocks that
+//   see the CTA's keys (k_lo of its first key, k_hi of its last); the mask runs on the items
+//   where some key does not see every row; grid order.
 // Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool:
 // setmaxnreg moves registers inside the CTA's own allocation, so the consumers' increase must be
 // covered by what the producer gives back, else setmaxnreg.inc blocks forever).
@@ -54,6 +57,7 @@
 #include "kernels/cuda/flash_bwd_sm90_epilogue.cuh"
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/kernel_dispatch.h"
+#include "kernels/cuda/mask_tiles.cuh"
 #include "kernels/cuda/sm90_common.cuh"
 #include "kernels/cuda/sm90_tensor_maps.cuh"
 #include "kernels/cuda/sm90_tma.cuh"
@@ -103,7 +107,9 @@ __device__ inline int DqStageOffset(int row, int col) {
          (col & 3) * 4;
 }
 
-template <typename T, int kD>
+// kIv: the kIntervals mask (mask_tiles.cuh): the query blocks come from the key tile's intervals
+// (k_lo / k_hi), the mask runs on the partial ones only; false compiles the dense kernel.
+template <typename T, int kD, bool kIv>
 __global__ void __launch_bounds__(384, 1)
     FlashBwdSm90PipeKernel(const __grid_constant__ BwdParams p,
                            const __grid_constant__ BwdPipeMaps maps, int tile_chunk) {
@@ -156,8 +162,16 @@ __global__ void __launch_bounds__(384, 1)
     const int64_t first = p.kv_row0 + n_begin - p.q_row0;  // first query row that sees a key
     if (first > 0) m_block_min = static_cast<int>(Min64(first / kBlockM, m_blocks));
   }
-  if (m_block_min >= m_blocks) return;  // nothing visible: dK, dV unchanged (whole CTA)
-  const int per_head = m_blocks - m_block_min;
+  int m_block_end = m_blocks;
+  IvQueryRange iv_range;
+  if constexpr (kIv) {
+    iv_range = IvQueryBlocks(p.iv, b, p.kv_row0 + n_begin, p.kv_row0 + n_begin + n_valid - 1,
+                             p.q_row0, p.m, kBlockM);
+    m_block_min = iv_range.first;
+    m_block_end = iv_range.end;
+  }
+  if (m_block_min >= m_block_end) return;  // nothing visible: dK, dV unchanged (whole CTA)
+  const int per_head = m_block_end - m_block_min;
   const int items = group * per_head;
   // First query row of item `it` (items: query heads of the group, then query blocks).
   auto item_m_begin = [&](int it) { return int64_t{m_block_min + it % per_head} * kBlockM; };
@@ -291,6 +305,14 @@ __global__ void __launch_bounds__(384, 1)
   float acc_dk[kNA], acc_dv[kNA];
 #pragma unroll
   for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+  IvRow iv_key[2];  // kIv: this thread's two key rows' visible queries (unit-local)
+  if constexpr (kIv) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int nl = key_base + hf * 8;
+      iv_key[hf] = IvKeyRow(p.iv, b, p.kv_row0 + n_begin + nl, p.q_row0, p.m, nl < n_valid);
+    }
+  }
 
   // wgmma descriptors: a base per operand tile, k-steps added with DescPlus (one add per wgmma
   // instead of MakeSmemDesc's masks and shifts, ~11 instructions per wgmma).
@@ -373,8 +395,22 @@ __global__ void __launch_bounds__(384, 1)
     // The mask in one uniform branch per item (items off the diagonal skip it): a test per
     // element made ptxas emit 32 branches per item, ~12% of the consumers' time (ncu).
     const bool need_mask =
-        n_valid < kBlockN || (p.causal && p.kv_row0 + n_begin + kBlockN - 1 > p.q_row0 + m_begin);
-    if (need_mask) {
+        kIv ? n_valid < kBlockN || !IvQueryBlockFull(iv_range, m_begin, kBlockM, p.m)
+            : n_valid < kBlockN ||
+                  (p.causal && p.kv_row0 + n_begin + kBlockN - 1 > p.q_row0 + m_begin);
+    if (kIv && need_mask) {  // each key row's visible queries [lo, hi)
+      int lo[2], hi[2];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        lo[hf] = iv_key[hf].lo - static_cast<int>(m_begin) - 2 * t;
+        hi[hf] = iv_key[hf].hi - static_cast<int>(m_begin) - 2 * t;
+      }
+#pragma unroll
+      for (int i = 0; i < kNS; ++i) {
+        const int c = (i >> 2) * 8 + (i & 1);
+        st[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? st[i] : 0.f;
+      }
+    } else if (need_mask) {
 #pragma unroll
       for (int i = 0; i < kNS; ++i) {
         const int ml = (i >> 2) * 8 + 2 * t + (i & 1);
@@ -516,7 +552,7 @@ __global__ void __launch_bounds__(384, 1)
 // Queues the pipe backward with the causal tile order `tile_chunk` (0 grid order, N > 0 longest
 // first in chunks of N kv heads). Returns cudaErrorNotSupported, with nothing queued, when TMA
 // cannot describe the tensors (the caller then runs the cp.async kernel).
-template <typename T, int kD>
+template <typename T, int kD, bool kIv = false>
 cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int tile_chunk, cudaStream_t stream) {
   using Cfg = BwdPipeTraits<kD>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
@@ -535,7 +571,7 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int tile_chunk, cudaStream_t s
                          p.dq_batch_stride)) {
     return cudaErrorNotSupported;
   }
-  auto kernel = FlashBwdSm90PipeKernel<T, kD>;
+  auto kernel = FlashBwdSm90PipeKernel<T, kD, kIv>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;

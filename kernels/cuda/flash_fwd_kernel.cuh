@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/flash_params.h"
+#include "kernels/cuda/mask_tiles.cuh"
 
 namespace dfa::cuda {
 
@@ -30,7 +31,9 @@ struct FwdTraits {
   static_assert(kD % 64 == 0 && kBlockN % 16 == 0, "tile shapes");
 };
 
-template <typename T, int kD, int kBlockM, int kBlockN, int kNWarps>
+// kIv: the kIntervals mask (mask_tiles.cuh): the key blocks come from the tile's intervals, the
+// partial ones at both ends of the walk are masked per element; false compiles the dense kernel.
+template <typename T, int kD, int kBlockM, int kBlockN, int kNWarps, bool kIv>
 __global__ void __launch_bounds__(kNWarps * 32) FlashFwdKernel(const FwdParams p) {
   using Tr = ElemTraits<T>;
   using Cfg = FwdTraits<T, kD, kBlockM, kBlockN, kNWarps>;
@@ -50,6 +53,14 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashFwdKernel(const FwdParams p
 
   int64_t n_end = p.n;  // keys [0, n_end) can be visible to this block
   if (p.causal) n_end = Min64(n_end, p.q_row0 + m_begin + m_valid - 1 - p.kv_row0 + 1);
+  int n_first = 0;  // kIv: the walk's first key block (the dense walk ends at block 0)
+  IvBlockRange iv_range;
+  if constexpr (kIv) {
+    iv_range = IvKeyBlocks(p.iv, b, p.q_row0 + m_begin, p.q_row0 + m_begin + m_valid - 1,
+                           p.kv_row0, p.n, kBlockN);
+    n_first = iv_range.first;
+    n_end = int64_t{iv_range.count} * kBlockN;  // blocks to walk, as a key count
+  }
 
   const T* q_g = static_cast<const T*>(p.q) + b * p.q_batch_stride + m_begin * p.q_row_stride +
                  int64_t{h} * kD;
@@ -78,12 +89,12 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashFwdKernel(const FwdParams p
                                       p.v_row_stride, valid);
     };
     LoadTile<kBlockM, kD, kThreads>(s_q, q_g, p.q_row_stride, m_valid);
-    load_kv(n_blocks - 1, 0);
+    load_kv(n_first + n_blocks - 1, 0);
     CpAsyncCommit();
 
     for (int it = 0; it < n_blocks; ++it) {
-      const int nb = n_blocks - 1 - it, stage = it & 1;
-      if (nb > 0) load_kv(nb - 1, stage ^ 1);
+      const int nb = n_first + n_blocks - 1 - it, stage = it & 1;
+      if (nb > n_first) load_kv(nb - 1, stage ^ 1);
       CpAsyncCommit();
       CpAsyncWait<1>();
       __syncthreads();
@@ -115,9 +126,28 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashFwdKernel(const FwdParams p
 
       // Mask: keys past the unit's end, and (causal) keys after the query's position.
       const int64_t n0 = int64_t{nb} * kBlockN;
-      const bool need_mask = n0 + kBlockN > p.n ||
-                             (p.causal && p.kv_row0 + n0 + kBlockN - 1 > p.q_row0 + m_begin);
-      if (need_mask) {
+      const bool need_mask =
+          kIv ? it < iv_range.top || it >= n_blocks - iv_range.bottom
+              : n0 + kBlockN > p.n ||
+                    (p.causal && p.kv_row0 + n0 + kBlockN - 1 > p.q_row0 + m_begin);
+      if (kIv && need_mask) {  // each row's visible keys [lo, hi)
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = (warp * kMT + mt) * 16 + g + hf * 8;
+            const IvRow iv_row =
+                IvQueryRow(p.iv, b, p.q_row0 + m_begin + r, p.kv_row0, p.n, r < m_valid);
+            const int lo = iv_row.lo - static_cast<int>(n0), hi = iv_row.hi - static_cast<int>(n0);
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int col = nt * 8 + 2 * t + e;
+                if (col < lo || col >= hi) s[mt][nt][2 * hf + e] = -INFINITY;
+              }
+          }
+      } else if (need_mask) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -238,10 +268,10 @@ __global__ void __launch_bounds__(kNWarps * 32) FlashFwdKernel(const FwdParams p
     }
 }
 
-template <typename T, int kD, int kBlockM, int kBlockN, int kNWarps>
+template <typename T, int kD, int kBlockM, int kBlockN, int kNWarps, bool kIv = false>
 cudaError_t LaunchFwd(const FwdParams& p, cudaStream_t stream) {
   using Cfg = FwdTraits<T, kD, kBlockM, kBlockN, kNWarps>;
-  auto kernel = FlashFwdKernel<T, kD, kBlockM, kBlockN, kNWarps>;
+  auto kernel = FlashFwdKernel<T, kD, kBlockM, kBlockN, kNWarps, kIv>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;

@@ -19,6 +19,8 @@
 //   runs while another's GEMMs keep the tensor cores busy.
 // Rows past m or n are zero-filled by the copy engine (out-of-bounds box elements), the mask
 // sets their scores to -inf exactly as in the other kernels.
+// kIntervals (template flag kIv, mask_tiles.cuh): the walk covers only the key blocks of the
+// tile's visible range, and the mask runs on the partial blocks at both of its ends.
 #pragma once
 
 #include <cuda.h>
@@ -27,6 +29,7 @@
 #include <cmath>
 
 #include "kernels/cuda/flash_params.h"
+#include "kernels/cuda/mask_tiles.cuh"
 #include "kernels/cuda/sm90_common.cuh"
 #include "kernels/cuda/sm90_tensor_maps.cuh"
 #include "kernels/cuda/sm90_tma.cuh"
@@ -88,7 +91,9 @@ __device__ inline uint64_t FwdWsDesc(uint32_t lo) {
   return (uint64_t{kHi} << 32) | lo;
 }
 
-template <typename T, int kD, int kBlockN, int kStages, int kConsumers>
+// kIv: the kIntervals mask (mask_tiles.cuh): the key blocks come from the tile's intervals and
+// the mask runs on the partial blocks at both ends of the walk; false compiles the dense kernel.
+template <typename T, int kD, int kBlockN, int kStages, int kConsumers, bool kIv>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     FlashFwdSm90WsKernel(const __grid_constant__ FwdParams p,
                          const __grid_constant__ FwdTmaMaps maps) {
@@ -117,9 +122,19 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const int hk = h / (p.q_heads / p.kv_heads);
   const int64_t m_begin = int64_t{mb} * kBlockM;
   const int m_valid = static_cast<int>(Min64(kBlockM, p.m - m_begin));
-  int64_t n_end = p.n;
-  if (p.causal) n_end = Min64(n_end, p.q_row0 + m_begin + m_valid - 1 - p.kv_row0 + 1);
-  const int n_blocks = n_end > 0 ? static_cast<int>((n_end + kBlockN - 1) / kBlockN) : 0;
+  int n_blocks;
+  int n_first = 0;  // kIv: first key block of the walk (the dense walk ends at block 0)
+  IvBlockRange iv_range;
+  if constexpr (kIv) {
+    iv_range = IvKeyBlocks(p.iv, b, p.q_row0 + m_begin, p.q_row0 + m_begin + m_valid - 1,
+                           p.kv_row0, p.n, kBlockN);
+    n_first = iv_range.first;
+    n_blocks = iv_range.count;
+  } else {
+    int64_t n_end = p.n;
+    if (p.causal) n_end = Min64(n_end, p.q_row0 + m_begin + m_valid - 1 - p.kv_row0 + 1);
+    n_blocks = n_end > 0 ? static_cast<int>((n_end + kBlockN - 1) / kBlockN) : 0;
+  }
 
   if (tid == 0) {
     MbarInit(q_full, 1);
@@ -148,7 +163,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         const int s = it % kStages;
         MbarWait(empty + s, ((it / kStages) & 1) ^ 1);
         MbarArriveExpectTx(full + s, kKVBytes);
-        const int n0 = (n_blocks - 1 - it) * kBlockN;
+        const int n0 = (n_first + n_blocks - 1 - it) * kBlockN;
 #pragma unroll
         for (int pn = 0; pn < kPanels; ++pn)
           TmaLoad4d(s_tiles + s * Cfg::kKVElems + pn * kBlockN * 64, m, full + s, pn * 64, hk, n0,
@@ -183,8 +198,21 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   if (n_blocks > 0) {
     // Iterations 0 .. n_masked - 1 (the last key blocks) need the mask; computed once in 64 bits
     // so that the loop compares 32-bit counters only.
+    // kIv: iterations [0, n_masked) and [n_unmasked_end, n_blocks) need the mask, and each
+    // thread's two rows keep their visible key columns [lo, hi) (unit-local) in registers.
     const int n_masked =
-        FwdWsMaskedBlocks(p.n, p.causal, p.q_row0 + m_begin - p.kv_row0, kBlockN, n_blocks);
+        kIv ? iv_range.top
+            : FwdWsMaskedBlocks(p.n, p.causal, p.q_row0 + m_begin - p.kv_row0, kBlockN, n_blocks);
+    const int n_unmasked_end = kIv ? n_blocks - iv_range.bottom : n_blocks;
+    IvRow iv_row[2];
+    if constexpr (kIv) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = row_base + hf * 8;
+        iv_row[hf] = IvQueryRow(p.iv, b, p.q_row0 + m_begin + r, p.kv_row0, p.n, r < m_valid);
+      }
+    }
+    auto mask_at = [&](int it) { return it < n_masked || (kIv && it >= n_unmasked_end); };
     float s[kNS], pr[kNS];  // scores, probabilities
     uint32_t a[kBlockN / 16][4];
     float corr[2] = {1.f, 1.f};
@@ -218,7 +246,20 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     };
     // Mask and online softmax (base 2) of S(it) in place; sets corr, the factor for O.
     auto softmax = [&](int it, bool need_mask) {
-      if (need_mask) {  // warp-uniform; selects against a per-row count of visible columns
+      if (kIv && need_mask) {  // selects against each row's visible columns [lo, hi)
+        const int n0 = (n_first + n_blocks - 1 - it) * kBlockN;
+        int lo[2], hi[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          lo[hf] = iv_row[hf].lo - n0 - 2 * t;
+          hi[hf] = iv_row[hf].hi - n0 - 2 * t;
+        }
+#pragma unroll
+        for (int i = 0; i < kNS; ++i) {
+          const int c = (i >> 2) * 8 + (i & 1);
+          s[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? s[i] : -INFINITY;
+        }
+      } else if (need_mask) {  // warp-uniform; selects against a per-row count of visible columns
         const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
         int lim[2];
 #pragma unroll
@@ -296,7 +337,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     WgmmaWait<0>();
     FenceRegs<kNS>(s);
     release(k_empty);
-    softmax(0, n_masked > 0);
+    softmax(0, mask_at(0));
     pack_p();  // O is still 0: no rescale
     // O is rescaled between the issue of S(it) and that of P V(it - 1) (FlashAttention-3's
     // RescaleOBeforeGemm order): the rescale is off the path from the end of softmax(it - 1) to
@@ -320,7 +361,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       WgmmaWait<1>();  // S done, P V may still run
       FenceRegs<kNS>(s);
       release(k_empty + sk);
-      softmax(it, it < n_masked);
+      softmax(it, mask_at(it));
       FenceRegs<kNS>(pr);
       FenceRegs<2>(row_sum);
       NamedBarrierSync(kPinBarrier + cw, 128);  // keeps ptxas from hoisting the wait
@@ -400,7 +441,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 
 // Queues the warp-specialised forward. Returns cudaErrorNotSupported, with nothing queued, when
 // the tensors cannot be described by TMA descriptors (the caller then runs another kernel).
-template <typename T, int kD, int kBlockN, int kStages, int kConsumers = 2>
+template <typename T, int kD, int kBlockN, int kStages, int kConsumers = 2, bool kIv = false>
 cudaError_t LaunchFwdSm90Ws(const FwdParams& p, cudaStream_t stream) {
   using Cfg = FwdWsTraits<kD, kBlockN, kStages, kConsumers>;
   FwdTmaMaps maps;
@@ -413,7 +454,7 @@ cudaError_t LaunchFwdSm90Ws(const FwdParams& p, cudaStream_t stream) {
                              p.v_batch_stride, kBlockN)) {
     return cudaErrorNotSupported;
   }
-  auto kernel = FlashFwdSm90WsKernel<T, kD, kBlockN, kStages, kConsumers>;
+  auto kernel = FlashFwdSm90WsKernel<T, kD, kBlockN, kStages, kConsumers, kIv>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;

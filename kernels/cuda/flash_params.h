@@ -12,6 +12,18 @@
 
 namespace dfa::cuda {
 
+// MaskKind::kIntervals (kernels/attention_backend.h MaskIntervals): int32 device arrays of
+// [batch * seq], indexed b * seq + global position. Query p sees keys [q_lo, q_hi), key p is
+// seen by queries [k_lo, k_hi); lo and hi are non-decreasing in p. Read only when `on`.
+struct IntervalParams {
+  const int32_t* q_lo = nullptr;
+  const int32_t* q_hi = nullptr;
+  const int32_t* k_lo = nullptr;
+  const int32_t* k_hi = nullptr;
+  int64_t seq = 0;
+  bool on = false;
+};
+
 struct FwdParams {
   const void* q = nullptr;  // [B, m, Hq, D] bf16/f16
   const void* k = nullptr;  // [B, n, Hkv, D]
@@ -30,6 +42,7 @@ struct FwdParams {
   bool causal = false;
   bool out_f32 = false;
   bool accumulate = false;  // merge into an existing fp32 partial (out, lse)
+  IntervalParams iv;        // the kIntervals mask (causal is then false)
 };
 
 struct BwdParams {
@@ -56,6 +69,7 @@ struct BwdParams {
   int64_t q_row0 = 0, kv_row0 = 0;
   float scale = 0.f;
   bool causal = false;
+  IntervalParams iv;  // the kIntervals mask (causal is then false)
 };
 
 // Launchers (flash_{fwd,bwd}_*.cu, one per dtype x head dim): queue the kernel that the table

@@ -25,6 +25,10 @@
 // | cudnn    | others   | any                            | cuDNN where it can run the unit,    |
 // |          |          |                                |   else our kernels                  |
 //
+// MaskKind::kIntervals (documents, windows) runs the same rows, except that the cp.async rows
+// (and a forced cp.async choice) run mma.sync: the cp.async kernels have no interval variant
+// (flash_launch.cuh). The cudnn backend runs every kIntervals unit on our kernels.
+//
 // The TMA kernels fall back to the cp.async ones by themselves (their launchers answer
 // cudaErrorNotSupported, with nothing queued, where TMA cannot describe a tensor), also when a
 // KernelChoice forces them.

@@ -28,6 +28,15 @@ absl::Status Check(const Problem& p) {
   a.lse.batch = p.q.batch;
   a.lse.heads = p.q.heads;
   a.lse.rows = p.q.rows;
+  if (p.mask == MaskKind::kIntervals) {
+    if (p.spec == nullptr) return absl::InvalidArgumentError("spec: required for kIntervals");
+    RETURN_IF_ERROR(ValidateMask(*p.spec, p.q.batch, p.seq));
+    if (p.q_row0 + p.q.rows > p.seq || p.kv_row0 + p.k.rows > p.seq) {
+      return absl::InvalidArgumentError(absl::StrCat("rows reach past seq = ", p.seq));
+    }
+    // The kernels' validation wants interval arrays; the reference reads the spec instead.
+    a.mask = MaskKind::kFull;
+  }
   if (!(p.scale > 0.0) || !std::isfinite(p.scale)) {
     return absl::InvalidArgumentError(
         absl::StrCat("scale must be positive and finite, got ", p.scale));
@@ -67,7 +76,23 @@ struct DenseProblem {
   }
 };
 
-bool Visible(const Problem& p, int64_t i, int64_t j) {
+// The MaskSpec's definition (core/mask.h), pair by pair.
+bool SpecSees(const MaskSpec& m, int b, int64_t i, int64_t j) {
+  const std::vector<int64_t>& off = m.OffsetsOf(b);
+  if (off.size() > 2) {
+    // Document index: offsets <= position, less one.
+    const auto di = std::upper_bound(off.begin(), off.end(), i);
+    const auto dj = std::upper_bound(off.begin(), off.end(), j);
+    if (di != dj) return false;
+  }
+  if (m.causal && j > i) return false;
+  if (m.window_left >= 0 && j < i - m.window_left) return false;
+  if (m.window_right >= 0 && j > i + m.window_right) return false;
+  return true;
+}
+
+bool Visible(const Problem& p, int b, int64_t i, int64_t j) {
+  if (p.mask == MaskKind::kIntervals) return SpecSees(*p.spec, b, p.q_row0 + i, p.kv_row0 + j);
   return p.mask == MaskKind::kFull || p.kv_row0 + j <= p.q_row0 + i;
 }
 
@@ -78,7 +103,7 @@ void Scores(const DenseProblem& dp, int b, int h, int64_t i, std::vector<double>
   s.assign(p.k.rows, kNegInf);
   const double* q = dp.Q(b, i, h);
   for (int64_t j = 0; j < p.k.rows; ++j) {
-    if (!Visible(p, i, j)) continue;
+    if (!Visible(p, b, i, j)) continue;
     const double* k = dp.K(b, j, hk);
     double dot = 0.0;
     for (int d = 0; d < p.q.head_dim; ++d) dot += q[d] * k[d];

@@ -6,7 +6,7 @@
 // stride; values are read exactly, so compare a backend against the reference on the same
 // rounded inputs). Outputs are dense fp64 vectors: O, dQ in [B, m, Hq, D], dK, dV in
 // [B, n, Hkv, D], LSE and D in [B, Hq, m]. Masks use global positions q_row0 + i and
-// kv_row0 + j, GQA maps query head h to key/value head h / (Hq / Hkv), exactly as the backends.
+// kv_row0 + j (kIntervals: batch row b too, under Problem::spec), GQA maps query head h to key/value head h / (Hq / Hkv), exactly as the backends.
 // A query row that sees no key gets LSE = -inf and output 0. Errors: INVALID_ARGUMENT (shapes,
 // as ValidateForward / ValidateBackward would report).
 #pragma once
@@ -24,6 +24,10 @@ struct Problem {
   int64_t kv_row0 = 0;
   MaskKind mask = MaskKind::kCausal;
   double scale = 0.0;
+  // mask == kIntervals: the MaskSpec itself (its definition, core/mask.h, read pair by pair;
+  // not the interval arrays the kernels read) over a sequence of `seq` positions per batch row.
+  const MaskSpec* spec = nullptr;
+  int64_t seq = 0;
 };
 
 struct ForwardResult {

@@ -22,7 +22,7 @@ cd "$root"
 source tests/bench/gpu_env.sh
 OUT=${OUT:-$root/gpu-out}
 mkdir -p "$OUT"
-bin=$root/.gpu-service/bin
+bin=${DFA_GPU_DIR:-$root/.gpu-service}/bin
 ngpu=${GPUS:-$(nvidia-smi -L | wc -l)}
 SEQS=${SEQS:-"16384 32768 131072 262144"}
 SCHEDULES=${SCHEDULES:-"ring distflash balanced"}

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "worker/transport/nccl_transport.h"
+#include "core/gpu/nccl_transport.h"
 
 int main(int argc, char** argv) {
   int gpus = 0;

@@ -6,7 +6,7 @@
 # The default targets are what gpu_checks.sh runs; gpu_service.sh and the suites also need
 # dfa and dfa-service-io-dump (name all the targets then:
 #   tests/bench/pack_gpu_service.sh build-gpu-service dfa dfa-coordinator dfa-worker \
-#     dfa-service-io-dump nccl_transport_test device_memory_pool_test).
+#     dfa-service-io-dump nccl_transport_test device_memory_pool_test nccl_client_group_test).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -18,7 +18,7 @@ targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(arena_allocator_test nccl_transport_test device_memory_pool_test cuda_ipc_test
     cuda_ipc_peer dfa-nccl-transport-bench device_ipc_service_test dfa-device-ipc-bench
-    dfa-coordinator dfa-worker)
+    nccl_client_group_test dfa-coordinator dfa-worker)
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 for t in "${targets[@]}"; do cmake --build "$build" -j2 --target "$t"; done

@@ -30,6 +30,35 @@ double JsonNumber(const std::string& json, const std::string& key) {
   return std::stod(json.substr(at + key.size() + 3));
 }
 
+// peak_bytes_per_worker (docs/memory.md): one worker, 256K causal, 32 x 128 bf16: the storage
+// (Q, K, V, dO bf16, LSE and D fp32, the work region: fp32 dQ over O) and one key chunk of fp32
+// dK, dV -- 80.25 KB per token in one chunk, 52.25 KB with --step-tokens 32K; the text output
+// names it; a bad --step-tokens is refused naming the flag.
+TEST(PlanCommandTest, ReportsPeakBytesPerWorker) {
+  const int64_t S = 262144, bf16 = int64_t{32} * 128 * 2, f32 = 2 * bf16;
+  const int64_t storage = S * (4 * bf16 + 2 * 32 * 4 + f32);
+  Result one = RunPlan({"--workers", "1", "--seq", "256K", "--schedule", "balanced", "--json"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(JsonNumber(one.out, "peak_bytes_per_worker"), double(storage + S * 2 * f32));
+  EXPECT_EQ(JsonNumber(one.out, "peak_bytes_per_worker") / S, 80.25 * 1024);
+  Result chunks = RunPlan({"--workers", "1", "--seq", "256K", "--schedule", "balanced", "--json",
+                           "--step-tokens", "32768"});
+  ASSERT_EQ(chunks.code, 0) << chunks.err;
+  EXPECT_EQ(JsonNumber(chunks.out, "peak_bytes_per_worker") / S, 52.25 * 1024);
+  EXPECT_NE(chunks.out.find("\"chunked_backward\":true"), std::string::npos);
+  // P = 2: the largest worker's charge, at least its storage with fp32 dK, dV.
+  Result two = RunPlan({"--workers", "2", "--seq", "256K", "--schedule", "zigzag", "--json"});
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_GT(JsonNumber(two.out, "peak_bytes_per_worker"), S / 2 * (4 * bf16 + 3 * f32));
+  Result text = RunPlan({"--workers", "1", "--seq", "4096", "--schedule", "balanced"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("peak_bytes_per_worker "), std::string::npos) << text.out;
+  Result bad = RunPlan({"--workers", "1", "--seq", "4096", "--schedule", "balanced",
+                        "--step-tokens", "0"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("step-tokens"), std::string::npos) << bad.err;
+}
+
 TEST(PlanCommandTest, JsonReportsTheMakespanRatio) {
   Result r = RunPlan({"--workers", "4", "--seq", "4096", "--schedule", "ring", "--json",
                   "--bandwidth-gbps", "0"});
@@ -106,6 +135,34 @@ TEST(PlanCommandTest, HeadsAndAutoPrintTheHeadRanges) {
   Result r = RunPlan({"--workers", "2", "--seq", "4096", "--schedule", "ring", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.find("kv_heads"), std::string::npos);
+}
+
+// --doc-lengths / --window: the masked plan, checked (exit 0), its mask in the text and JSON,
+// balanced on visible pairs; bad mask flags exit 2 naming the flag.
+TEST(PlanCommandTest, DocLengthsAndWindowPrintTheMaskedPlan) {
+  Result j = RunPlan({"--workers", "3", "--seq", "4K", "--schedule", "balanced", "--json",
+                      "--doc-lengths", "100,1000,2900,96", "--window", "512", "--bandwidth-gbps",
+                      "0"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_EQ(JsonNumber(j.out, "documents"), 4);
+  EXPECT_EQ(JsonNumber(j.out, "longest_document"), 2900);
+  EXPECT_EQ(JsonNumber(j.out, "window_left"), 512);
+  EXPECT_GT(JsonNumber(j.out, "visible_pair_fraction"), 0);
+  EXPECT_LT(JsonNumber(j.out, "visible_pair_fraction"), 0.2);
+  EXPECT_GE(JsonNumber(j.out, "makespan_ratio"), 1);  // (balance: tests/core/planner_mask_test)
+  EXPECT_LT(JsonNumber(j.out, "makespan_ratio"), 1.1);
+  Result t = RunPlan({"--workers", "2", "--seq", "1024", "--schedule", "zigzag", "--full",
+                      "--doc-lengths", "1,1000,23"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("full, 3 documents (longest 1000)"), std::string::npos) << t.out;
+  Result bad = RunPlan({"--workers", "2", "--seq", "1024", "--schedule", "ring",
+                        "--doc-lengths", "1000,23"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--doc-lengths"), std::string::npos) << bad.err;
+  Result w = RunPlan({"--workers", "2", "--seq", "1024", "--schedule", "ring", "--window",
+                      "-4"});
+  EXPECT_EQ(w.code, 2);
+  EXPECT_NE(w.err.find("--window"), std::string::npos) << w.err;
 }
 
 TEST(PlanCommandTest, BadInputGivesAClearErrorAndNonZeroExit) {

@@ -77,7 +77,13 @@ TEST(SessionPlanTest, HeadsSplitsTheHeadsAndCountsTheLocalBytes) {
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(p->plan.workers(r).kv_heads().begin(), 16 * r);
       EXPECT_EQ(p->plan.workers(r).kv_heads().end(), 16 * r + 16);
-      EXPECT_EQ(p->bytes_per_rank[r], SessionBytes(half, 16384, 0)) << r;
+      // All rows of half the heads, no transfers: the storage with a chunked backward (fp32 dQ
+      // over O, no fp32 dK, dV) and one key chunk of fp32 dK, dV.
+      const AttentionShape local = ShapeOf(half);
+      EXPECT_EQ(p->bytes_per_rank[r],
+                SessionStorageLayout(local, 16384, StorageLayout{false, false}).total +
+                    KeyChunkBytes(local, std::min<int64_t>(16384, kDefaultStepTokens)))
+          << r;
     }
   }
   absl::StatusOr<SessionPlan> cpu = MakeSessionPlan(spec, "heads", {1, 1}, "cpu");

@@ -238,6 +238,22 @@ TEST(HeadsPlanTest, SpeedBalancedGroupsFollowTheHeadCounts) {
 
 // Explicit groups of unequal worker counts: each group a sequence plan at its local heads, no
 // transfer between groups; bad groups make no plan.
+// Equal speeds (none given), the same head count in groups of 3 and 2 workers: each group gets
+// the sub-plan of its own size (they were once shared by head count and speeds alone).
+TEST(HeadsPlanTest, GroupsOfDifferentSizesWithTheSameHeadsGetTheirOwnPlans) {
+  const PlanRequest r = Request("heads", 5, 999, 8, 4, {});
+  const Plan plan = MakeHeadsPlan(r, HeadGroupSplit{{{0, 1, 2}, {3, 4}}, {2, 2}});
+  ASSERT_EQ(plan.num_workers(), 5);
+  ASSERT_TRUE(CheckPlan(plan, Shape(r)).ok()) << CheckPlan(plan, Shape(r)).status();
+  for (int w = 0; w < 5; ++w) {
+    for (const PlanStep& s : plan.workers[w].forward) {
+      for (const Transfer& x : s.sends) {
+        EXPECT_EQ(plan.workers[x.peer].kv_heads, plan.workers[w].kv_heads) << "worker " << w;
+      }
+    }
+  }
+}
+
 TEST(HeadsPlanTest, ExplicitGroupsOfUnequalCounts) {
   const PlanRequest r = Request("heads", 5, 999, 8, 4, {1, 2, 1, 1, 1});
   const Plan plan = MakeHeadsPlan(r, HeadGroupSplit{{{0, 2, 4}, {1, 3}}, {2, 2}});

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace dfa {
 namespace {
@@ -25,12 +26,18 @@ v1::AttentionSpec GoodSpec() {
   return s;
 }
 
+void AddDoc(v1::AttentionSpec& s, const std::vector<int64_t>& offsets) {
+  v1::DocOffsets* row = s.add_doc_offsets();
+  for (int64_t o : offsets) row->add_offsets(o);
+}
+
 SpecLimits SmallLimits() {
   SpecLimits l;
   l.max_seq_len = 4096;
   l.max_batch = 4;
   l.max_heads = 16;
   l.max_head_dim = 256;
+  l.max_documents = 100;
   return l;
 }
 
@@ -92,7 +99,36 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.softmax_scale: must be finite and >= 0 (0: 1/sqrt(head_dim)), got nan"},
         BadCase{"InfiniteScale",
                 [](S& s) { s.set_softmax_scale(std::numeric_limits<float>::infinity()); },
-                "spec.softmax_scale: must be finite and >= 0 (0: 1/sqrt(head_dim)), got inf"}),
+                "spec.softmax_scale: must be finite and >= 0 (0: 1/sqrt(head_dim)), got inf"},
+        BadCase{"WindowLeftBelowMinusOne", [](S& s) { s.set_window_left(-2); },
+                "spec.window_left: must be >= 0 (or -1: unbounded), got -2"},
+        BadCase{"WindowRightBelowMinusOne", [](S& s) { s.set_window_right(-7); },
+                "spec.window_right: must be >= 0 (or -1: unbounded), got -7"},
+        BadCase{"DocOffsetsNotIncreasing",
+                [](S& s) {
+                  AddDoc(s, {0, 512, 1024});
+                  AddDoc(s, {0, 80, 70, 1024});
+                },
+                "spec.doc_offsets[1][2]: must be greater than doc_offsets[1][1] = 80, got 70"},
+        BadCase{"DocOffsetsNotFromZero",
+                [](S& s) { AddDoc(s, {3, 1024}); },
+                "spec.doc_offsets[0][0]: must be 0, got 3"},
+        BadCase{"DocOffsetsNotToSeqLen",
+                [](S& s) { AddDoc(s, {0, 100, 1000}); },
+                "spec.doc_offsets[0][2]: must be seq_len = 1024, got 1000"},
+        BadCase{"DocOffsetsRowsNotBatch",
+                [](S& s) {
+                  s.set_batch(3);
+                  for (int i = 0; i < 2; ++i) AddDoc(s, {0, 1024});
+                },
+                "spec.doc_offsets: must have 0, 1 or batch (3) entries, got 2"},
+        BadCase{"TooManyDocuments",
+                [](S& s) {
+                  std::vector<int64_t> o;
+                  for (int64_t i = 0; i <= 1024; ++i) o.push_back(i);  // 1024 1-token docs
+                  AddDoc(s, o);
+                },
+                "spec.doc_offsets: must hold <= 100 documents in all (max_documents), got 1024"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
 TEST(ValidateSpecLimitsTest, AcceptsSpecsAtTheLimits) {
@@ -135,6 +171,27 @@ TEST(ValidateSpecLimitsTest, FirstBadFieldInOrderIsReported) {
   spec.set_seq_len(0);
   spec.set_batch(0);
   EXPECT_EQ(ValidateSpec(spec, SmallLimits()).message(), "spec.batch: must be >= 1, got 0");
+}
+
+TEST(MaskSpecOfTest, CarriesTheMaskAndAcceptsDocumentsAndWindows) {
+  v1::AttentionSpec spec = GoodSpec();
+  MaskSpec m = MaskSpecOf(spec);
+  EXPECT_TRUE(m.causal);
+  EXPECT_EQ(m.window_left, -1);
+  EXPECT_EQ(m.window_right, -1);
+  EXPECT_TRUE(m.doc_offsets.empty());
+  EXPECT_EQ(m.Kind(), MaskKind::kCausal);
+  AddDoc(spec, {0, 1, 700, 1024});
+  AddDoc(spec, {0, 1024});
+  spec.set_window_left(64);
+  spec.set_window_right(-1);
+  ASSERT_TRUE(ValidateSpec(spec, SmallLimits()).ok());
+  m = MaskSpecOf(spec);
+  EXPECT_EQ(m.window_left, 64);
+  EXPECT_EQ(m.window_right, -1);
+  ASSERT_EQ(m.doc_offsets.size(), 2u);
+  EXPECT_EQ(m.doc_offsets[0], (std::vector<int64_t>{0, 1, 700, 1024}));
+  EXPECT_EQ(m.Kind(), MaskKind::kIntervals);
 }
 
 TEST(ShapeOfTest, CarriesEveryShapeField) {

@@ -472,15 +472,57 @@ class HardeningTest(unittest.TestCase):
                                  {"tls_cert": "tls.crt", "tls_key": "tls.key", "tls_ca": "ca.crt"})
                 self.assertEqual(secret_file(f["worker_token_file"], "dfa-tokens"), "worker-token")
                 if wl["kind"] == "Deployment":
-                    # The coordinator's client token comes from the Secret, not the manifest.
-                    token = env_source(c, var_of(f.get("auth_token", "")))
-                    self.assertIsNotNone(token, f"{where}: --auth_token is not $(VAR)")
-                    self.assertEqual(token["valueFrom"]["secretKeyRef"],
-                                     {"name": "dfa-tokens", "key": "auth-token"}, where)
-                for arg in c["args"]:
-                    self.assertNotRegex(arg, r"--(auth|worker)_token=(?!\$\()", f"{where}: literal token")
+                    # The coordinator's client token: a file from the Secret as well.
+                    self.assertIn("auth_token_file", f, f"{where}: no --auth_token_file")
+                    self.assertEqual(secret_file(f["auth_token_file"], "dfa-tokens"), "auth-token")
+                else:
+                    # Workers check no client token: theirs is the only one they can read.
+                    tokens = [v["secret"] for v in spec["volumes"]
+                              if v.get("secret", {}).get("secretName") == "dfa-tokens"]
+                    for t in tokens:
+                        self.assertEqual([i["key"] for i in t.get("items", [])], ["worker-token"],
+                                         f"{where}: the worker's token volume carries other keys")
+                self.assert_secrets_only_as_files(c, where)
             if overlay == "gpu":
                 self.assertEqual(secure, 2, "gpu: coordinator and workers in secure mode")
+
+    def assert_secrets_only_as_files(self, c, where):
+        """No secret on a command line or in an environment variable: each token flag is given
+        as its *_file (a mounted Secret); no env entry or envFrom draws on a Secret."""
+        f = flag_values(c)
+        for flag in ("auth_token", "worker_token"):
+            self.assertNotIn(flag, f, f"{where}: --{flag} as a value, not --{flag}_file")
+        for arg in c.get("args", []) + c.get("command", []):
+            self.assertNotRegex(arg, r"--(auth|worker)_token=", f"{where}: token in a flag: {arg}")
+        for e in c.get("env", []):
+            self.assertNotIn("secretKeyRef", e.get("valueFrom", {}),
+                             f"{where}: env {e['name']} carries a Secret")
+        for e in c.get("envFrom", []):
+            self.assertNotIn("secretRef", e, f"{where}: envFrom a Secret")
+
+    def test_every_secret_flag_has_a_file_form(self):
+        """Each secret a daemon or the CLI takes as a value can be given as a file instead
+        (Kubernetes Secrets are mounted files): --X_token has --X_token_file in the daemon's
+        main.cc; the dfa CLI's --auth-token has --auth-token-file, python -m dfa's too."""
+        for daemon in ("coordinator", "worker"):
+            with open(os.path.join(REPO, daemon, "main.cc")) as fh:
+                flags = set(re.findall(r"ABSL_FLAG\(\s*[\w:]+\s*,\s*(\w+)", fh.read()))
+            secrets = {f for f in flags if f.endswith("_token")}
+            self.assertTrue(secrets, f"dfa-{daemon}: no token flag found")
+            for flag in secrets:
+                self.assertIn(flag + "_file", flags, f"dfa-{daemon} --{flag} has no --{flag}_file")
+        with open(os.path.join(REPO, "client", "cli", "job_flags.cc")) as fh:
+            cli = fh.read()
+        self.assertIn('"auth-token-file"', cli, "dfa: --auth-token has no --auth-token-file")
+        with open(os.path.join(REPO, "client", "python", "dfa", "__main__.py")) as fh:
+            py = fh.read()
+        self.assertIn('"--auth-token-file"', py, "python -m dfa: no --auth-token-file")
+
+    def test_no_workload_passes_a_secret_by_value(self):
+        for overlay, docs in self.rendered.items():
+            for wl in workloads(docs):
+                for c in wl["spec"]["template"]["spec"]["containers"]:
+                    self.assert_secrets_only_as_files(c, f"{overlay} {wl['metadata']['name']}")
 
     def test_gpu_workers_stay_on_one_nvlink_island(self):
         for overlay, docs in self.rendered.items():
@@ -508,6 +550,89 @@ class HardeningTest(unittest.TestCase):
                     self.assertRegex(m.group(1), r"[.:]|^localhost$", f"{overlay}: {image}: no registry")
                     self.assertTrue(m.group(3) is None or m.group(3).endswith(
                         "-cuda" if overlay == "gpu" else "-cpu"), f"{overlay}: {image}")
+
+
+class GpuIpcOverlayTest(unittest.TestCase):
+    """deploy/k8s/overlays/gpu-ipc: the gpu overlay plus what CUDA IPC from training pods of the
+    same node needs (hostIPC on the workers, the namespace's profile allowing it, workers
+    preferring the IPC clients' node, a device memory limit leaving the GPU's rest to them)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.docs = render("gpu-ipc") if shutil.which("kubectl") else []
+        cls.gpu = render("gpu") if shutil.which("kubectl") else []
+
+    def setUp(self):
+        if not self.docs:
+            self.skipTest("kubectl missing (test_tools_present reports it)")
+
+    def test_only_the_workers_share_the_host_ipc_namespace(self):
+        for wl in workloads(self.docs):
+            spec = wl["spec"]["template"]["spec"]
+            want = wl["metadata"]["name"] == "dfa-worker"
+            self.assertIs(spec.get("hostIPC", False), want, wl["metadata"]["name"])
+            self.assertFalse(spec.get("hostPID", False) or spec.get("hostNetwork", False))
+
+    def test_namespace_allows_host_ipc_and_still_reports_restricted(self):
+        (ns,) = by_kind(self.docs, "Namespace")
+        labels = ns["metadata"]["labels"]
+        self.assertEqual(labels["pod-security.kubernetes.io/enforce"], "privileged")
+        self.assertEqual(labels["pod-security.kubernetes.io/warn"], "restricted")
+        self.assertEqual(labels["pod-security.kubernetes.io/audit"], "restricted")
+
+    def test_everything_but_host_ipc_is_the_gpu_overlays(self):
+        def strip(docs):
+            out = []
+            for d in docs:
+                d = yaml.safe_load(yaml.safe_dump(d))
+                if d["kind"] == "Namespace":
+                    d["metadata"]["labels"] = {k: v for k, v in d["metadata"]["labels"].items()
+                                               if not k.startswith("pod-security")}
+                if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("dfa-flags"):
+                    d["data"].pop("WORKER_DEVICE_MEMORY_LIMIT", None)
+                    d["metadata"]["name"] = "dfa-flags"
+                if d["kind"] in ("Deployment", "StatefulSet"):
+                    spec = d["spec"]["template"]["spec"]
+                    spec.pop("hostIPC", None)
+                    spec.get("affinity", {}).get("podAffinity", {}).pop(
+                        "preferredDuringSchedulingIgnoredDuringExecution", None)
+                    for c in spec["containers"]:
+                        c["args"] = [a for a in c["args"]
+                                     if not a.startswith("--device_memory_limit=")]
+                        for e in c.get("envFrom", []):
+                            if e.get("configMapRef", {}).get("name", "").startswith("dfa-flags"):
+                                e["configMapRef"]["name"] = "dfa-flags"
+                        for e in c.get("env", []):
+                            ref = e.get("valueFrom", {}).get("configMapKeyRef")
+                            if ref and ref["name"].startswith("dfa-flags"):
+                                ref["name"] = "dfa-flags"
+                out.append(d)
+            return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
+        self.assertEqual(strip(self.docs), strip(self.gpu))
+
+    def test_workers_limit_device_memory_by_a_flag_of_the_worker(self):
+        sts = by_kind(self.docs, "StatefulSet", "dfa-worker")[0]
+        (c,) = sts["spec"]["template"]["spec"]["containers"]
+        f = flag_values(c)
+        self.assertIn("device_memory_limit", daemon_flags()["dfa-worker"])
+        self.assertEqual(f["device_memory_limit"], "$(WORKER_DEVICE_MEMORY_LIMIT)")
+        (flags,) = [d for d in by_kind(self.docs, "ConfigMap")
+                    if d["metadata"]["name"].startswith("dfa-flags")]
+        self.assertEqual([e["configMapRef"]["name"] for e in c["envFrom"]],
+                         [flags["metadata"]["name"]])
+        limit = float(flags["data"]["WORKER_DEVICE_MEMORY_LIMIT"])
+        self.assertTrue(0 < limit < 1, "a fraction leaves the GPU's rest to the training pod")
+
+    def test_workers_prefer_the_ipc_clients_node_and_keep_their_island(self):
+        sts = by_kind(self.docs, "StatefulSet", "dfa-worker")[0]
+        aff = sts["spec"]["template"]["spec"]["affinity"]["podAffinity"]
+        (pref,) = aff["preferredDuringSchedulingIgnoredDuringExecution"]
+        term = pref["podAffinityTerm"]
+        self.assertEqual(term["topologyKey"], "kubernetes.io/hostname")
+        self.assertTrue(km.selects(term["labelSelector"], {"dfa-cuda-ipc-client": "true"}))
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        self.assertTrue(any(km.selects(t["labelSelector"], labels)
+                            for t in aff["requiredDuringSchedulingIgnoredDuringExecution"]))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 // The "cudnn" backend against the fp64 reference and against our CUDA backend: global offsets
 // (partial diagonals, rows that see nothing, units wholly masked), GQA/MQA, batch 2, both masks
 // and dtypes, a head dim only cuDNN runs (96), fp32 and 16-bit outputs, accumulate, backward +=
-// with the final O, and the fallback to our kernels without it. The unit tests run twice: with
+// with the final O, the fallback to our kernels without it, and kIntervals units (always on our
+// kernels). The unit tests run twice: with
 // the table of kernels/cuda/kernel_dispatch.h (head dim 128 on our kernels on Hopper) and with
 // every unit cuDNN can run on cuDNN (cuda::KernelChoice). Tolerances derive from the dtype's unit
 // roundoff. Skips cleanly without a GPU or without libcudnn.
@@ -14,6 +15,8 @@
 
 #include "kernels/attention_backend.h"
 #include "kernels/cuda/cudnn_backend.h"
+#include "tests/gpu/mask_intervals_host.h"
+#include "tests/gpu/masked_reference.h"
 #include "tests/gpu/unit_inputs.h"
 
 namespace dfa {
@@ -418,6 +421,75 @@ TEST_P(CudnnEngineTest, AgreesWithCudaBackend) {
   EXPECT_LT(RelError(a, std::vector<double>(b.begin(), b.end())), 3 * Eps(s.dtype));
   const auto la = Download<float>(lse_a, nstat), lb = Download<float>(lse_b, nstat);
   for (size_t i = 0; i < nstat; ++i) ASSERT_NEAR(la[i], lb[i], 4 * Eps(s.dtype)) << i;
+}
+
+// kIntervals units (documents + window, at global offsets) run on our kernels under every engine
+// choice, counted as own_forward / own_backward (docs/kernels-cudnn.md), and match the fp64
+// reference; head dim 64 (cuDNN's under the table) and 128.
+TEST_P(CudnnEngineTest, IntervalUnitsRunOnOurKernels) {
+  for (int d : {64, 128}) {
+    SCOPED_TRACE(::testing::Message() << "D=" << d);
+    UnitShape s = Shape(DType::kBF16, d, 300, 350, 4, 2, 200, 100, MaskKind::kCausal);
+    testing::HostMask mask;
+    mask.causal = true;
+    mask.left = 90;
+    mask.docs = {{0, 150, 151, 380, 600}};
+    const testing::HostIntervals iv = testing::BuildIntervals(mask, 1, 600);
+    const Inputs in = MakeInputs(s, 17 + d);
+    const float scale = 1.f / std::sqrt(float(d));
+    const auto ref = testing::MaskedReference(s, iv, in.q, in.k, in.v, &in.dout, scale);
+    const size_t nq = in.q.size(), nk = in.k.size(), nstat = size_t(s.batch) * s.q_heads * s.m;
+    MaskIntervals div;
+    const size_t ib = iv.q_lo.size() * 4;
+    div.q_lo = static_cast<const int32_t*>(Upload(iv.q_lo.data(), ib));
+    div.q_hi = static_cast<const int32_t*>(Upload(iv.q_hi.data(), ib));
+    div.k_lo = static_cast<const int32_t*>(Upload(iv.k_lo.data(), ib));
+    div.k_hi = static_cast<const int32_t*>(Upload(iv.k_hi.data(), ib));
+    div.seq = iv.seq;
+    ForwardArgs f;
+    f.scale = scale;
+    f.mask = MaskKind::kIntervals;
+    f.intervals = div;
+    f.q = View(Upload(in.qb.data(), nq * 2), s.dtype, s, false);
+    f.k = View(Upload(in.kb.data(), nk * 2), s.dtype, s, true);
+    f.v = View(Upload(in.vb.data(), nk * 2), s.dtype, s, true);
+    f.q_row0 = s.q_row0;
+    f.kv_row0 = s.kv_row0;
+    float* out = Filled(nq, NAN);
+    float* lse = Filled(nstat, NAN);
+    f.out = View(out, DType::kF32, s, false);
+    f.lse = Stat(lse, s);
+    const CudnnBackendCounters before = be_->Counters();
+    ASSERT_TRUE(be_->Forward(f).ok());
+    EXPECT_LT(RelError(Download<float>(out, nq), ref.out), 2 * Eps(s.dtype));
+    void* dout = Upload(in.dob.data(), nq * 2);
+    float* delta = Filled(nstat, NAN);
+    ASSERT_TRUE(be_->ComputeDelta(View(dout, s.dtype, s, false), f.out, Stat(delta, s), nullptr).ok());
+    float* dq = Filled(nq, 0.f);
+    float* dk = Filled(nk, 0.f);
+    float* dv = Filled(nk, 0.f);
+    BackwardArgs bw;
+    bw.scale = scale;
+    bw.mask = MaskKind::kIntervals;
+    bw.intervals = div;
+    bw.q = f.q, bw.k = f.k, bw.v = f.v, bw.q_row0 = s.q_row0, bw.kv_row0 = s.kv_row0;
+    bw.dout = View(dout, s.dtype, s, false);
+    bw.lse = f.lse;
+    bw.delta = Stat(delta, s);
+    bw.out = f.out;
+    bw.dq = View(dq, DType::kF32, s, false);
+    bw.dk = View(dk, DType::kF32, s, true);
+    bw.dv = View(dv, DType::kF32, s, true);
+    ASSERT_TRUE(be_->Backward(bw).ok());
+    EXPECT_LT(RelError(Download<float>(dq, nq), ref.dq), 6 * Eps(s.dtype));
+    EXPECT_LT(RelError(Download<float>(dk, nk), ref.dk), 6 * Eps(s.dtype));
+    EXPECT_LT(RelError(Download<float>(dv, nk), ref.dv), 4 * Eps(s.dtype));
+    const CudnnBackendCounters after = be_->Counters();
+    EXPECT_EQ(after.own_forward - before.own_forward, 1);
+    EXPECT_EQ(after.own_backward - before.own_backward, 1);
+    EXPECT_EQ(after.cudnn_forward, before.cudnn_forward);
+    EXPECT_EQ(after.cudnn_backward, before.cudnn_backward);
+  }
 }
 
 // Convert (the executor's final O, packing of strided rows): fp32 -> bf16 and back between

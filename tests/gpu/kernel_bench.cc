@@ -1,11 +1,19 @@
 // dfa-cuda-kernel-bench: TFLOP/s of the CUDA backend's forward and backward units, one GPU.
 //   dfa-cuda-kernel-bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16] [--hdim 64|128 (one only)]
 //                         [--reps N (timed launches per config; default 20 / 5 / 3 at 4K / 16K / 64K)]
+//                         [--masks (the masked table below instead)] [--docs-out DIR]
 //                         [--fwd-kernel ...] [--bwd-kernel ...] [--bwd-tile-chunk N]
 // The last three override the kernel table (tests/gpu/kernel_flags.h; default: the table, as the
 // services run it); rows then carry a tag such as "-fwd=cpasync".
 // Configs: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 query heads (= kv heads), batch 1.
 // FLOPs: forward 4·B·H·S²·D, halved for causal (core/mask.h ForwardFlops); backward 2.5×.
+// --masks: the kIntervals mask (documents, windows) next to dense causal, in one run, at S = 64K
+// and 256K (--quick: 64K only), 32 heads, D = 128 (or --hdim): dense causal; varlen causal
+// (document lengths from a Pareto distribution, alpha 1.2, x_min 256 tokens, capped at 64K,
+// seed 20; tests/gpu/mask_intervals_host.h); causal windows of 4K and 32K. FLOPs count the
+// visible pairs only (4·H·pairs·D); "x dense" is the row's TFLOP/s over dense causal's at that S.
+// --docs-out DIR writes each S's document offsets to DIR/docs_<S>.txt (one per line) for
+// tests/gpu/bench_flex.py, which runs PyTorch flex attention on the same documents.
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
 // Prints a markdown table; exits non-zero with a message when no GPU is usable or a flag is bad.
@@ -23,6 +31,7 @@
 #include "kernels/attention_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/gpu/kernel_flags.h"
+#include "tests/gpu/mask_intervals_host.h"
 
 namespace dfa {
 namespace {
@@ -53,6 +62,8 @@ absl::Status FillRandom(AttentionBackend& be, void* dst, size_t bytes, DType t, 
 
 int Main(int argc, char** argv) {
   bool quick = false;
+  bool masks = false;
+  std::string docs_out;
   DType dtype = DType::kBF16;
   int only_hdim = 0;  // 0: both head dims
   int forced_reps = 0;  // 0: per length
@@ -68,6 +79,10 @@ int Main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
+    } else if (!std::strcmp(argv[i], "--masks")) {
+      masks = true;
+    } else if (!std::strcmp(argv[i], "--docs-out") && i + 1 < argc) {
+      docs_out = argv[++i];
     } else if (!std::strcmp(argv[i], "--hdim") && i + 1 < argc) {
       only_hdim = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -90,6 +105,7 @@ int Main(int argc, char** argv) {
   const char* kernel_tag = tag.c_str();
   const int kHeads = 32;
   std::vector<int64_t> lengths = quick ? std::vector<int64_t>{4096, 16384} : std::vector<int64_t>{4096, 16384, 65536};
+  if (masks) lengths = quick ? std::vector<int64_t>{65536} : std::vector<int64_t>{65536, 262144};
   const int64_t max_s = lengths.back();
   const size_t max_elems = size_t(max_s) * kHeads * 128;
   void *q, *k, *v, *dout, *out;
@@ -118,68 +134,146 @@ int Main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  std::printf("| kernel | D | S | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  // Times `reps` forward and backward launches of one unit (after one warm-up each).
+  auto time_unit = [&](MaskKind mask, const MaskIntervals& iv, int64_t s, int d, int reps,
+                       float* fwd_ms, float* bwd_ms) -> absl::Status {
+    TensorView tq;
+    tq.dtype = dtype, tq.rows = s, tq.heads = kHeads, tq.head_dim = d;
+    RowStatView st;
+    st.heads = kHeads, st.rows = s;
+    ForwardArgs f;
+    f.scale = 1.f / std::sqrt(float(d));
+    f.mask = mask;
+    f.intervals = iv;
+    f.q = tq, f.q.data = q;
+    f.k = tq, f.k.data = k;
+    f.v = tq, f.v.data = v;
+    f.out = tq, f.out.data = out;
+    f.lse = st, f.lse.data = lse;
+    BackwardArgs b;
+    b.scale = f.scale, b.mask = mask, b.intervals = iv, b.q = f.q, b.k = f.k, b.v = f.v;
+    b.dout = tq, b.dout.data = dout;
+    b.lse = f.lse;
+    b.delta = st, b.delta.data = delta;
+    TensorView g = tq;
+    g.dtype = DType::kF32;
+    b.dq = g, b.dq.data = dq;
+    b.dk = g, b.dk.data = dk;
+    b.dv = g, b.dv.data = dv;
+    const size_t grad_bytes = size_t(s) * kHeads * d * 4;
+
+    RETURN_IF_ERROR(be.Forward(f));  // warm-up
+    cudaEventRecord(e0);
+    for (int r = 0; r < reps; ++r) RETURN_IF_ERROR(be.Forward(f));
+    cudaEventRecord(e1);
+    RETURN_IF_ERROR(be.Synchronize(nullptr));
+    cudaEventElapsedTime(fwd_ms, e0, e1);
+    *fwd_ms /= reps;
+
+    RETURN_IF_ERROR(be.Memset(dk, 0, grad_bytes, nullptr));
+    RETURN_IF_ERROR(be.Memset(dv, 0, grad_bytes, nullptr));
+    auto backward = [&]() -> absl::Status {
+      RETURN_IF_ERROR(be.Memset(dq, 0, grad_bytes, nullptr));
+      RETURN_IF_ERROR(be.ComputeDelta(b.dout, f.out, b.delta, nullptr));
+      return be.Backward(b);
+    };
+    RETURN_IF_ERROR(backward());  // warm-up
+    cudaEventRecord(e0);
+    for (int r = 0; r < reps; ++r) RETURN_IF_ERROR(backward());
+    cudaEventRecord(e1);
+    RETURN_IF_ERROR(be.Synchronize(nullptr));
+    cudaEventElapsedTime(bwd_ms, e0, e1);
+    *bwd_ms /= reps;
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return absl::InternalError(cudaGetErrorString(err));
+    return absl::OkStatus();
+  };
+
+  if (masks) {
+    const int d = only_hdim != 0 ? only_hdim : 128;
+    std::printf("| kernel | D | S | mask | visible pairs | fwd ms | fwd TFLOP/s | x dense | bwd ms | "
+                "bwd TFLOP/s | x dense |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    int32_t* iv_dev[4];
+    for (auto& p : iv_dev) {
+      p = static_cast<int32_t*>(alloc(size_t(max_s) * 4));
+      if (!p) return 1;
+    }
+    for (int64_t s : lengths) {
+      struct MaskRow {
+        std::string name;
+        bool dense;
+        testing::HostMask mask;
+      };
+      std::vector<MaskRow> rows;
+      rows.push_back({"dense causal", true, {}});
+      testing::HostMask varlen;
+      varlen.causal = true;
+      varlen.docs = {testing::ParetoDocOffsets(s, 1.2, 256, 65536, 20)};
+      rows.push_back({"varlen causal (" + std::to_string(varlen.docs[0].size() - 1) + " docs)", false,
+                      varlen});
+      if (!docs_out.empty()) {
+        const std::string path = docs_out + "/docs_" + std::to_string(s) + ".txt";
+        FILE* fp = std::fopen(path.c_str(), "w");
+        if (fp == nullptr) {
+          std::fprintf(stderr, "--docs-out: cannot write %s\n", path.c_str());
+          return 2;
+        }
+        for (int64_t o : varlen.docs[0]) std::fprintf(fp, "%lld\n", static_cast<long long>(o));
+        std::fclose(fp);
+      }
+      for (int64_t w : {4096, 32768}) {
+        testing::HostMask win;
+        win.causal = true;
+        win.left = w;
+        win.docs = {{0, s}};
+        rows.push_back({"causal window " + std::to_string(w / 1024) + "K", false, win});
+      }
+      double dense_fwd = 0, dense_bwd = 0;
+      const int reps = forced_reps > 0 ? forced_reps : (s >= 262144 ? 2 : 3);
+      for (const MaskRow& row : rows) {
+        MaskIntervals iv;
+        double pairs = double(s) * double(s + 1) / 2;
+        if (!row.dense) {
+          const testing::HostIntervals h = testing::BuildIntervals(row.mask, 1, s);
+          pairs = double(testing::VisiblePairsOf(h, 0, 0, s, 0, s));
+          const std::vector<int32_t>* src[4] = {&h.q_lo, &h.q_hi, &h.k_lo, &h.k_hi};
+          for (int i = 0; i < 4; ++i) {
+            BENCH_CHECK(be.Copy(iv_dev[i], src[i]->data(), size_t(s) * 4,
+                                AttentionBackend::CopyKind::kHostToDevice, nullptr));
+          }
+          BENCH_CHECK(be.Synchronize(nullptr));
+          iv.q_lo = iv_dev[0], iv.q_hi = iv_dev[1], iv.k_lo = iv_dev[2], iv.k_hi = iv_dev[3];
+          iv.seq = s;
+        }
+        float fwd_ms = 0, bwd_ms = 0;
+        BENCH_CHECK(time_unit(row.dense ? MaskKind::kCausal : MaskKind::kIntervals, iv, s, d, reps,
+                              &fwd_ms, &bwd_ms));
+        const double flops = 4.0 * kHeads * d * pairs;
+        const double tf = flops / (fwd_ms * 1e-3) / 1e12, tb = 2.5 * flops / (bwd_ms * 1e-3) / 1e12;
+        if (row.dense) dense_fwd = tf, dense_bwd = tb;
+        std::printf("| dfa-%s%s | %d | %lldK | %s | %.3g | %.3f | %.1f | %.2f | %.3f | %.1f | %.2f |\n",
+                    std::string(DTypeName(dtype)).c_str(), kernel_tag, d,
+                    static_cast<long long>(s / 1024), row.name.c_str(), pairs, fwd_ms, tf,
+                    tf / dense_fwd, bwd_ms, tb, tb / dense_bwd);
+        std::fflush(stdout);
+      }
+    }
+    for (int32_t* p : iv_dev) be.Free(p);
+  } else {
+    std::printf("| kernel | D | S | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+  }
   for (int d : {64, 128}) {
+    if (masks) break;
     if (only_hdim != 0 && d != only_hdim) continue;
     for (int64_t s : lengths) {
       for (MaskKind mask : {MaskKind::kCausal, MaskKind::kFull}) {
-        TensorView tq;
-        tq.dtype = dtype, tq.rows = s, tq.heads = kHeads, tq.head_dim = d;
-        RowStatView st;
-        st.heads = kHeads, st.rows = s;
-        ForwardArgs f;
-        f.scale = 1.f / std::sqrt(float(d));
-        f.mask = mask;
-        f.q = tq, f.q.data = q;
-        f.k = tq, f.k.data = k;
-        f.v = tq, f.v.data = v;
-        f.out = tq, f.out.data = out;
-        f.lse = st, f.lse.data = lse;
-        BackwardArgs b;
-        b.scale = f.scale, b.mask = mask, b.q = f.q, b.k = f.k, b.v = f.v;
-        b.dout = tq, b.dout.data = dout;
-        b.lse = f.lse;
-        b.delta = st, b.delta.data = delta;
-        TensorView g = tq;
-        g.dtype = DType::kF32;
-        b.dq = g, b.dq.data = dq;
-        b.dk = g, b.dk.data = dk;
-        b.dv = g, b.dv.data = dv;
-        const size_t grad_bytes = size_t(s) * kHeads * d * 4;
         const double flops = ForwardFlops(1, kHeads, d, 0, s, 0, s, mask);
         const int reps =
             forced_reps > 0 ? forced_reps : (s >= 65536 ? 3 : (s >= 16384 ? 5 : 20));
-
-        BENCH_CHECK(be.Forward(f));  // warm-up
-        cudaEventRecord(e0);
-        for (int r = 0; r < reps; ++r) BENCH_CHECK(be.Forward(f));
-        cudaEventRecord(e1);
-        BENCH_CHECK(be.Synchronize(nullptr));
-        float fwd_ms = 0;
-        cudaEventElapsedTime(&fwd_ms, e0, e1);
-        fwd_ms /= reps;
-
-        BENCH_CHECK(be.Memset(dk, 0, grad_bytes, nullptr));
-        BENCH_CHECK(be.Memset(dv, 0, grad_bytes, nullptr));
-        auto backward = [&]() -> absl::Status {
-          RETURN_IF_ERROR(be.Memset(dq, 0, grad_bytes, nullptr));
-          RETURN_IF_ERROR(be.ComputeDelta(b.dout, f.out, b.delta, nullptr));
-          return be.Backward(b);
-        };
-        BENCH_CHECK(backward());  // warm-up
-        cudaEventRecord(e0);
-        for (int r = 0; r < reps; ++r) BENCH_CHECK(backward());
-        cudaEventRecord(e1);
-        BENCH_CHECK(be.Synchronize(nullptr));
-        float bwd_ms = 0;
-        cudaEventElapsedTime(&bwd_ms, e0, e1);
-        bwd_ms /= reps;
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) {
-          std::fprintf(stderr, "cuda error: %s\n", cudaGetErrorString(err));
-          return 1;
-        }
+        float fwd_ms = 0, bwd_ms = 0;
+        BENCH_CHECK(time_unit(mask, {}, s, d, reps, &fwd_ms, &bwd_ms));
         std::printf("| dfa-%s%s | %d | %lldK | %s | %.3f | %.1f | %.3f | %.1f |\n", std::string(DTypeName(dtype)).c_str(),
                     kernel_tag, d,
                     static_cast<long long>(s / 1024), mask == MaskKind::kCausal ? "yes" : "no", fwd_ms,

@@ -12,7 +12,11 @@
 #   bench-choices     the quick bench at head dim 128 for each choice in $CHOICES, in a row
 #   bench-ab          $ROUNDS rounds (default 3), alternating: the quick bench at head dim 128,
 #                     the same bench of another build when $BASE_BENCH names one (an A/B at
-#                     equal conditions), and PyTorch SDPA (FlashAttention-2, cuDNN)
+#                     equal conditions), and PyTorch SDPA (FlashAttention-2, cuDNN; AB_SDPA=0: not)
+#   bench-masks       dfa-cuda-kernel-bench --masks: documents and windows next to dense causal
+#                     (its document offsets into /tmp/dfa-docs for bench-flex)
+#   bench-flex        tests/gpu/bench_flex.py: PyTorch flex attention on the same masks (after
+#                     bench-masks; flags in $FLEX_ARGS, default S = 64K)
 #   bench-sdpa        tests/gpu/bench_sdpa.py (bench-sdpa-quick: --quick)
 #   cudnn-test        cudnn_backend_test (libcudnn from PyTorch's environment)
 #   cudnn-bench       dfa_cudnn_bench (cudnn-bench-quick: --quick)
@@ -60,8 +64,15 @@ for step in "$@"; do
         if [ -n "${BASE_BENCH:-}" ]; then
           echo "# round $r: base $BASE_BENCH"; timeout 60 "$BASE_BENCH" --quick --hdim 128
         fi
-        echo "# round $r: PyTorch SDPA"; timeout 120 python3 tests/gpu/bench_sdpa.py --quick --hdim 128
+        if [ "${AB_SDPA:-1}" != 0 ]; then
+          echo "# round $r: PyTorch SDPA"; timeout 120 python3 tests/gpu/bench_sdpa.py --quick --hdim 128
+        fi
       done 2>&1 | tee "$OUT/bench_ab.md" ;;
+    bench-masks) mkdir -p /tmp/dfa-docs
+      timeout 300 "$G/dfa-cuda-kernel-bench" --masks --docs-out /tmp/dfa-docs ${BENCH_ARGS:-} 2>&1 |
+        tee "$OUT/bench_masks.md" ;;
+    bench-flex) timeout "${FLEX_TIMEOUT:-240}" python3 tests/gpu/bench_flex.py /tmp/dfa-docs ${FLEX_ARGS:-} 2>&1 |
+        tee "$OUT/bench_flex.md" | grep -v Warning ;;
     bench-sdpa) timeout 300 python3 tests/gpu/bench_sdpa.py 2>&1 | tee "$OUT/bench_sdpa.md" ;;
     bench-sdpa-quick) timeout 200 python3 tests/gpu/bench_sdpa.py --quick 2>&1 | tee "$OUT/bench_sdpa.md" ;;
     cudnn-test) (use_cudnn; timeout 300 "$G/cudnn_backend_test") 2>&1 | tee "$OUT/cudnn_test.log" |

@@ -162,6 +162,138 @@ TEST_F(DeviceTransferCpuTest, UnknownSessionAndOtherClientRefused) {
   EXPECT_EQ(stub->DeviceTransfer(&ctx, req, &resp).error_code(), grpc::NOT_FOUND);
 }
 
+// Worker.BindDeviceTensors (standing transfers done inside each job): every refusal names the
+// job, the entry (transfers[i]) and its field, before any handle is opened; a cpu worker
+// refuses well-formed bindings; an empty binding (clear) is accepted and jobs run as before.
+TEST_F(DeviceTransferCpuTest, BindRefusalsNameTheEntryAndField) {
+  auto bind = [&](v1::JobKind job, std::vector<v1::DeviceTransferRequest> ts) {
+    v1::BindDeviceTensorsRequest req;
+    req.set_job(job);
+    for (v1::DeviceTransferRequest& t : ts) *req.add_transfers() = std::move(t);
+    return session_->DataClient(0).BindDeviceTensors(req).status();
+  };
+  const v1::DeviceTransferRequest q = Request(v1::TENSOR_Q, true);
+  const v1::DeviceTransferRequest o = Request(v1::TENSOR_O, false);
+  struct Case {
+    const char* text;
+    absl::StatusCode code;
+    v1::JobKind job;
+    std::function<std::vector<v1::DeviceTransferRequest>()> transfers;
+  };
+  const Case cases[] = {
+      {"job = 0 is not JOB_FORWARD or JOB_BACKWARD", absl::StatusCode::kInvalidArgument,
+       v1::JOB_KIND_UNSPECIFIED, [&] { return std::vector{q}; }},
+      {"transfers has 17 entries; at most 16", absl::StatusCode::kInvalidArgument,
+       v1::JOB_FORWARD, [&] { return std::vector(17, q); }},
+      {"transfers[1]: kind = TENSOR_DO with upload = 1 is not an input of JOB_FORWARD",
+       absl::StatusCode::kInvalidArgument, v1::JOB_FORWARD,
+       [&] { return std::vector{q, Request(v1::TENSOR_DO, true)}; }},
+      {"transfers[0]: kind = TENSOR_Q with upload = 1 is not an input of JOB_BACKWARD",
+       absl::StatusCode::kInvalidArgument, v1::JOB_BACKWARD, [&] { return std::vector{q}; }},
+      {"transfers[1]: kind = TENSOR_O with upload = 0 is not an output of JOB_BACKWARD",
+       absl::StatusCode::kInvalidArgument, v1::JOB_BACKWARD,
+       [&] { return std::vector{Request(v1::TENSOR_DO, true), o}; }},
+      {"transfers[1]: tensor.dtype = DTYPE_F16", absl::StatusCode::kInvalidArgument,
+       v1::JOB_FORWARD,
+       [&] {
+         v1::DeviceTransferRequest bad = Request(v1::TENSOR_K, true);
+         bad.mutable_tensor()->set_dtype(v1::DTYPE_F16);
+         return std::vector{q, bad};
+       }},
+      {"transfers[0]: tensor.cuda_ipc_handle has 5 bytes", absl::StatusCode::kInvalidArgument,
+       v1::JOB_FORWARD,
+       [&] {
+         v1::DeviceTransferRequest bad = q;
+         bad.mutable_tensor()->set_cuda_ipc_handle("short");
+         return std::vector{bad};
+       }},
+      {"transfers[0]: tensor.strides[2]", absl::StatusCode::kInvalidArgument, v1::JOB_FORWARD,
+       [&] {
+         v1::DeviceTransferRequest bad = q;
+         bad.mutable_tensor()->set_strides(2, 16);
+         return std::vector{bad};
+       }},
+      {"transfers[0]: rows = ", absl::StatusCode::kOutOfRange, v1::JOB_FORWARD,
+       [&] {
+         v1::DeviceTransferRequest bad = q;
+         bad.mutable_rows()->set_end(bad.rows().end() + 100000);
+         bad.mutable_tensor()->set_shape(1, bad.rows().end() - bad.rows().begin());
+         return std::vector{bad};
+       }},
+      {"transfers[0]: host_id = 'another-boot-id'", absl::StatusCode::kFailedPrecondition,
+       v1::JOB_FORWARD,
+       [&] {
+         v1::DeviceTransferRequest bad = q;
+         bad.set_host_id("another-boot-id");
+         return std::vector{bad};
+       }},
+      // Well-formed: a cpu worker cannot take CUDA IPC.
+      {"transfers[0]: this worker computes on the cpu backend",
+       absl::StatusCode::kFailedPrecondition, v1::JOB_FORWARD, [&] { return std::vector{q, o}; }},
+  };
+  for (const Case& c : cases) {
+    const absl::Status st = bind(c.job, c.transfers());
+    EXPECT_EQ(st.code(), c.code) << c.text << ": " << st;
+    EXPECT_NE(st.message().find(c.text), std::string::npos) << c.text << ": " << st;
+  }
+  // Clearing is accepted, and the session's jobs run as before on host uploads.
+  EXPECT_TRUE(bind(v1::JOB_FORWARD, {}).ok());
+  EXPECT_TRUE(bind(v1::JOB_BACKWARD, {}).ok());
+  ASSERT_TRUE(session_->GenerateInputs(7, /*with_grad_output=*/false).ok());
+  auto job = session_->Run(v1::JOB_FORWARD);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_SUCCEEDED);
+  EXPECT_EQ(job->workers(0).device_transfer_bytes(), 0);
+}
+
+TEST_F(DeviceTransferCpuTest, BindUnknownSessionAndOtherClientRefused) {
+  auto stub = v1::Worker::NewStub(client_->WorkerChannel(session_->info().shards(0).address()));
+  v1::BindDeviceTensorsRequest req;
+  req.set_job(v1::JOB_FORWARD);
+  req.set_session_id(session_->id());
+  req.set_client_id("someone-else");
+  v1::BindDeviceTensorsResponse resp;
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->BindDeviceTensors(&ctx, req, &resp).error_code(), grpc::PERMISSION_DENIED);
+  }
+  req.set_session_id("no-such-session");
+  req.set_client_id(client_->client_id());
+  grpc::ClientContext ctx;
+  EXPECT_EQ(stub->BindDeviceTensors(&ctx, req, &resp).error_code(), grpc::NOT_FOUND);
+}
+
+// The client's checks before anything is exported or sent: kinds that are not the job's inputs
+// or outputs, null tensors, and a job kind that has no bindings.
+TEST_F(DeviceTransferCpuTest, ClientBindingsCheckedBeforeSending) {
+  client::DeviceBindings bindings;
+  DeviceTensor t = DeviceTensor::Dense(nullptr, DType::kBF16,
+                                       {spec_.batch(), spec_.seq_len(), spec_.q_heads(),
+                                        spec_.head_dim()});
+  auto st = bindings.Bind(*session_, v1::JOB_FORWARD, {{v1::TENSOR_Q, &t, true}});
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument) << st.status();
+  EXPECT_NE(st.status().message().find("bindings[0] (TENSOR_Q): tensor.data is null"),
+            std::string::npos)
+      << st.status();
+  int64_t word = 0;
+  t.data = &word;
+  st = bindings.Bind(*session_, v1::JOB_FORWARD, {{v1::TENSOR_DO, &t, true}});
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument) << st.status();
+  EXPECT_NE(st.status().message().find("bindings[0] (TENSOR_DO) with upload = 1 is not an "
+                                       "input of JOB_FORWARD"),
+            std::string::npos)
+      << st.status();
+  st = bindings.Bind(*session_, v1::JOB_BACKWARD, {{v1::TENSOR_O, &t, false}});
+  EXPECT_NE(st.status().message().find("is not an output of JOB_BACKWARD"), std::string::npos)
+      << st.status();
+  st = bindings.Bind(*session_, v1::JOB_KIND_UNSPECIFIED, {});
+  EXPECT_NE(st.status().message().find("job = JOB_KIND_UNSPECIFIED"), std::string::npos)
+      << st.status();
+  // Host memory is not a CUDA allocation: refused by the export, nothing sent.
+  st = bindings.Bind(*session_, v1::JOB_FORWARD, {{v1::TENSOR_Q, &t, true}});
+  EXPECT_FALSE(st.ok());
+}
+
 // Pure: the request for owned rows [r0, r1) of a strided tensor points at row r0 and keeps the
 // strides; a slice of a seq-major [S, B, H, D] buffer viewed as BSHD works the same way.
 TEST(MakeDeviceTransferRequestTest, OffsetsAndStridesOfOwnedRows) {

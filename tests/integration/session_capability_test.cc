@@ -243,6 +243,9 @@ TEST_F(SessionCapabilityTest, WorkerDataPlaneNeedsTheCapability) {
       dt.set_kind(v1::TENSOR_O);
       *dt.mutable_rows() = owned[0];
       ExpectDenied(data.DeviceTransfer(dt).status(), who, "DeviceTransfer");
+      v1::BindDeviceTensorsRequest bind;
+      bind.set_job(v1::JOB_FORWARD);  // no transfers: would clear the session's bindings
+      ExpectDenied(data.BindDeviceTensors(bind).status(), who, "BindDeviceTensors");
     }
   }
   ExpectSessionUntouched();

@@ -1,6 +1,6 @@
 // NcclTransport on the GPUs of this machine: one thread per rank, one GPU per rank (two ranks
 // share a GPU when there is only one). Skipped without GPUs.
-#include "worker/transport/nccl_transport.h"
+#include "core/gpu/nccl_transport.h"
 #include "worker/transport/nccl_bootstrap.h"
 
 #include <cuda_runtime_api.h>

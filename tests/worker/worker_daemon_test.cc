@@ -126,6 +126,15 @@ TEST(WorkerDaemonTest, RejectsBadOptionsNamingThem) {
   o = WorkerOptions{};
   o.speed = 0;
   EXPECT_NE(WorkerDaemon::Start(o).status().message().find("speed"), std::string::npos);
+  // A device memory limit is for GPU workers; a cpu worker refuses it, naming it.
+  o = WorkerOptions{};
+  o.device_memory_limit = "0.5";
+  absl::Status st = WorkerDaemon::Start(o).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("device_memory_limit"), std::string::npos) << st;
+  o.device_memory_limit = "lots";
+  st = WorkerDaemon::Start(o).status();
+  EXPECT_NE(st.message().find("device_memory_limit = 'lots'"), std::string::npos) << st;
 }
 
 // Runs the real binary: prints its ready line, exits 0 on SIGTERM.

@@ -370,6 +370,40 @@ TEST_F(WorkerServiceTest, TwoWorkerForwardAndBackwardMatchReference) {
   for (size_t i = 0; i < dq.size(); ++i) ASSERT_NEAR(dq[i], grads->dq[i], 1e-4) << i;
   for (size_t i = 0; i < dk.size(); ++i) ASSERT_NEAR(dk[i], grads->dk[i], 1e-4) << i;
   for (size_t i = 0; i < dv.size(); ++i) ASSERT_NEAR(dv[i], grads->dv[i], 1e-4) << i;
+
+  // The gradients took the memory of Q, K, V and O (docs/memory.md): O, Q and a forward are
+  // refused until Q, K, V are there again; then the next step runs as the first did.
+  for (v1::TensorKind kind : {v1::TENSOR_O, v1::TENSOR_Q}) {
+    v1::DownloadRequest d;
+    d.set_session_id("s");
+    d.set_client_id("client-a");
+    d.set_kind(kind);
+    grpc::ClientContext ctx;
+    auto reader = stubs_[0]->Download(&ctx, d);
+    v1::TensorChunk c;
+    while (reader->Read(&c)) {
+    }
+    EXPECT_RPC_ERROR(reader->Finish(), StatusCode::FAILED_PRECONDITION, "consumed by the backward");
+  }
+  EXPECT_RPC_ERROR(RunAll("s", "bwd2", v1::JOB_BACKWARD, addrs, &stats)[0],
+                   StatusCode::FAILED_PRECONDITION, "consumed the forward's state");
+  EXPECT_RPC_ERROR(RunAll("s", "fwd2", v1::JOB_FORWARD, addrs, &stats)[0],
+                   StatusCode::FAILED_PRECONDITION, "inputs were overwritten by gradients; upload q/k/v again");
+  for (int w = 0; w < 2; ++w) {
+    grpc::ClientContext ctx;
+    v1::GenerateInputsRequest g;
+    g.set_session_id("s");
+    g.set_client_id("client-a");
+    g.set_seed(seed);
+    v1::GenerateInputsResponse gr;
+    ASSERT_TRUE(stubs_[w]->GenerateInputs(&ctx, g, &gr).ok());
+  }
+  for (const auto& s : RunAll("s", "fwd3", v1::JOB_FORWARD, addrs, &stats)) {
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  std::vector<float> o2(q.size(), NAN);
+  for (int w = 0; w < 2; ++w) DownloadInto(w, "s", v1::TENSOR_O, Hq, S, B, &o2, false);
+  EXPECT_EQ(o2, o);
 }
 
 // Two sessions (two clients) on the same two workers run their jobs at the same time: each has
@@ -503,6 +537,24 @@ TEST(ParseBytesTest, UnitsAndErrors) {
   EXPECT_FALSE(ParseBytes("").ok());
   EXPECT_FALSE(ParseBytes("-5G").ok());
   EXPECT_FALSE(ParseBytes("5X").ok());
+}
+
+TEST(ParseDeviceMemoryLimitTest, SizesFractionsAndErrors) {
+  int64_t bytes = 0;
+  double fraction = 0;
+  ASSERT_TRUE(ParseDeviceMemoryLimit("40G", &bytes, &fraction).ok());
+  EXPECT_EQ(bytes, int64_t{40} << 30);
+  EXPECT_EQ(fraction, 0);
+  ASSERT_TRUE(ParseDeviceMemoryLimit("0.5", &bytes, &fraction).ok());
+  EXPECT_EQ(bytes, 0);
+  EXPECT_EQ(fraction, 0.5);
+  ASSERT_TRUE(ParseDeviceMemoryLimit("1", &bytes, &fraction).ok());  // the whole device
+  EXPECT_EQ(fraction, 1.0);
+  for (const char* bad : {"1.5", "0.0", "-0.2", "0", "", "40X", "half"}) {
+    absl::Status st = ParseDeviceMemoryLimit(bad, &bytes, &fraction);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("device_memory_limit"), std::string::npos) << st;
+  }
 }
 
 }  // namespace

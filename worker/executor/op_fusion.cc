@@ -27,11 +27,52 @@ std::vector<Segment> SegmentsIn(const std::vector<RowRange>& layout, int64_t a, 
   return out;
 }
 
+// Visible pairs of queries [q0, q0 + m) x keys [k0, k0 + n) in every distinct batch row.
+int64_t MaskedPairs(const UnitPairs& pairs, int64_t q0, int64_t m, int64_t k0, int64_t n) {
+  int64_t total = 0;
+  for (int b = 0; b < pairs.rows(); ++b) total += pairs.Row(b, {q0, q0 + m}, {k0, k0 + n});
+  return total;
+}
+
+// kIntervals: one global range per side, and the ops hold every visible pair of the box.
+bool FitsIntervals(const std::vector<ComputeOp>& all, const std::vector<RowPlace>& qp,
+                   const std::vector<RowPlace>& kp, const std::vector<int>& ops,
+                   const UnitPairs& pairs, FusedCall* call) {
+  int64_t qa = INT64_MAX, qb = INT64_MIN, ka = INT64_MAX, kb = INT64_MIN;
+  int64_t op_pairs = 0;
+  for (int i : ops) {
+    qa = std::min(qa, qp[i].local);
+    qb = std::max(qb, qp[i].local + all[i].q_rows.size());
+    ka = std::min(ka, kp[i].local);
+    kb = std::max(kb, kp[i].local + all[i].kv_rows.size());
+    op_pairs += MaskedPairs(pairs, all[i].q_rows.begin, all[i].q_rows.size(),
+                            all[i].kv_rows.begin, all[i].kv_rows.size());
+  }
+  const std::vector<Segment> qs = SegmentsIn(*qp[ops[0]].layout, qa, qb);
+  const std::vector<Segment> ks = SegmentsIn(*kp[ops[0]].layout, ka, kb);
+  if (qs.size() != 1 || ks.size() != 1) return false;
+  if (MaskedPairs(pairs, qs[0].global, qs[0].len, ks[0].global, ks[0].len) != op_pairs) {
+    return false;
+  }
+  call->ops = ops;
+  call->q = {qp[ops[0]].layout, qa};
+  call->kv = {kp[ops[0]].layout, ka};
+  call->m = qb - qa;
+  call->n = kb - ka;
+  call->mask = MaskKind::kIntervals;
+  call->q_row0 = qs[0].global;
+  call->kv_row0 = ks[0].global;
+  return true;
+}
+
 // Fills the call's geometry for `ops` (all on the same two sources) and returns whether one
 // backend call computes exactly their pairs.
 bool Fits(const std::vector<ComputeOp>& all, const std::vector<RowPlace>& qp,
           const std::vector<RowPlace>& kp, const std::vector<int>& ops, MaskKind mask,
-          FusedCall* call) {
+          const UnitPairs* pairs, FusedCall* call) {
+  if (mask == MaskKind::kIntervals) {
+    return pairs != nullptr && FitsIntervals(all, qp, kp, ops, *pairs, call);
+  }
   int64_t qa = INT64_MAX, qb = INT64_MIN, ka = INT64_MAX, kb = INT64_MIN;
   int64_t op_pairs = 0;
   for (int i : ops) {
@@ -85,7 +126,8 @@ bool Fits(const std::vector<ComputeOp>& all, const std::vector<RowPlace>& qp,
 
 std::vector<FusedCall> FuseStepOps(const std::vector<ComputeOp>& ops,
                                    const std::vector<RowPlace>& q_places,
-                                   const std::vector<RowPlace>& kv_places, MaskKind mask) {
+                                   const std::vector<RowPlace>& kv_places, MaskKind mask,
+                                   const UnitPairs* pairs) {
   std::vector<FusedCall> calls;
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
     bool joined = false;
@@ -97,7 +139,7 @@ std::vector<FusedCall> FuseStepOps(const std::vector<ComputeOp>& ops,
       std::vector<int> with = c.ops;
       with.push_back(i);
       FusedCall bigger;
-      if (Fits(ops, q_places, kv_places, with, mask, &bigger)) {
+      if (Fits(ops, q_places, kv_places, with, mask, pairs, &bigger)) {
         c = std::move(bigger);
         joined = true;
         break;
@@ -128,7 +170,7 @@ std::vector<FusedCall> FuseStepOps(const std::vector<ComputeOp>& ops,
         with.insert(with.end(), calls[b].ops.begin(), calls[b].ops.end());
         std::sort(with.begin(), with.end());
         FusedCall bigger;
-        if (Fits(ops, q_places, kv_places, with, mask, &bigger)) {
+        if (Fits(ops, q_places, kv_places, with, mask, pairs, &bigger)) {
           calls[a] = std::move(bigger);
           calls.erase(calls.begin() + static_cast<std::ptrdiff_t>(b));
           merged = true;

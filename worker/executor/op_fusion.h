@@ -39,9 +39,14 @@ struct FusedCall {
 };
 
 // `q_places[i]` / `kv_places[i]`: where ops[i]'s rows live. Returns calls covering every op once,
-// in the order of their first op. `mask` is the plan's.
+// in the order of their first op. `mask` is the plan's. kIntervals (documents, windows): the
+// kernels read each position's visible interval, so a call must see the global positions
+// themselves: ops fuse only into calls whose rows are one global range on each side, and only
+// when the ops hold every pair of the call that `pairs` (the plan's mask, required then)
+// counts as visible; every call keeps mask kIntervals.
 std::vector<FusedCall> FuseStepOps(const std::vector<ComputeOp>& ops,
                                    const std::vector<RowPlace>& q_places,
-                                   const std::vector<RowPlace>& kv_places, MaskKind mask);
+                                   const std::vector<RowPlace>& kv_places, MaskKind mask,
+                                   const UnitPairs* pairs = nullptr);
 
 }  // namespace dfa

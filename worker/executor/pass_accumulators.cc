@@ -13,25 +13,111 @@ absl::Status PassAccumulators::Begin() {
   const AttentionShape& shape = ctx_.shape;
   if (ctx_.fwd) {
     out_view_ = st->o();
-    if (shape.dtype != DType::kF32 && !SingleWriterForward()) {
-      const int64_t bytes =
-          int64_t{shape.batch} * st->rows() * shape.q_heads * shape.head_dim * 4;
-      ASSIGN_OR_RETURN(void* p, ctx_.backend->Alloc(static_cast<size_t>(bytes)));
-      out_acc_ = std::make_unique<DeviceBuffer>(ctx_.backend, p);
-      out_view_.data = p;
-      out_view_.dtype = DType::kF32;
+    if (shape.dtype != DType::kF32 && !SingleWriterForward(ctx_.plan, ctx_.rank)) {
+      out_view_ = st->o_acc();
+      if (out_view_.data == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker ", ctx_.rank, ": the forward merges partials but the session storage has no "
+            "fp32 output accumulator (its layout was made for another plan)"));
+      }
     }
     acc_ready_.clear();
     return absl::OkStatus();
   }
-  for (TensorView g : {st->dq(), st->dk(), st->dv()}) {
-    RETURN_IF_ERROR(ctx_.backend->Memset(
-        g.data, 0, static_cast<size_t>(int64_t{g.batch} * g.rows * g.heads * g.head_dim * 4),
-        ctx_.stream));
+  chunked_ = !st->layout().kv_accumulators;
+  if (chunked_ && !ChunkedBackward(ctx_.plan, ctx_.rank)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", ctx_.rank, ": the backward needs fp32 dK, dV of all owned rows but the session "
+        "storage has key chunks only (its layout was made for another plan)"));
   }
-  // D = rowsum(dO * O) of the owned rows, before any grad_in leaves this worker.
+  // D = rowsum(dO * O) of the owned rows, before any grad_in leaves this worker and before dQ's
+  // accumulator (over O in the work region) is zeroed.
   if (!ctx_.stats.steps.empty()) ++ctx_.stats.steps[0].delta_launches;
-  return ctx_.backend->ComputeDelta(st->dout(), st->o(), st->delta(), ctx_.stream);
+  RETURN_IF_ERROR(ctx_.backend->ComputeDelta(st->dout(), st->o(), st->delta(), ctx_.stream));
+  auto zero = [&](const TensorView& g) {
+    return ctx_.backend->Memset(
+        g.data, 0, static_cast<size_t>(int64_t{g.batch} * g.rows * g.heads * g.head_dim * 4),
+        ctx_.stream);
+  };
+  RETURN_IF_ERROR(zero(st->dq_acc()));
+  if (!chunked_) {
+    RETURN_IF_ERROR(zero(st->dk_acc()));
+    return zero(st->dv_acc());
+  }
+  if (ctx_.options.step_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step_tokens: must be >= 1, got ", ctx_.options.step_tokens));
+  }
+  chunk_rows_ = std::min(st->rows(), ctx_.options.step_tokens);
+  chunk_done_.assign(static_cast<size_t>((st->rows() + chunk_rows_ - 1) / chunk_rows_), false);
+  live_chunk_ = -1;
+  const int64_t bytes = KeyChunkBytes(shape, chunk_rows_) / 2;
+  ASSIGN_OR_RETURN(void* pk, ctx_.backend->Alloc(static_cast<size_t>(bytes)));
+  chunk_dk_ = std::make_unique<DeviceBuffer>(ctx_.backend, pk);
+  ASSIGN_OR_RETURN(void* pv, ctx_.backend->Alloc(static_cast<size_t>(bytes)));
+  chunk_dv_ = std::make_unique<DeviceBuffer>(ctx_.backend, pv);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Rows [off, off + n) of a dense fp32 [B, total, heads, D] buffer.
+TensorView ChunkView(void* p, const AttentionShape& shape, int64_t total, int64_t off, int64_t n) {
+  TensorView v;
+  v.data = p;
+  v.dtype = DType::kF32;
+  v.batch = shape.batch;
+  v.rows = total;
+  v.heads = shape.kv_heads;
+  v.head_dim = shape.head_dim;
+  return v.Slice(off, n);
+}
+
+}  // namespace
+
+absl::Status PassAccumulators::ChunkViews(int64_t c, int64_t k0, int64_t n, TensorView* dk,
+                                          TensorView* dv) {
+  const int64_t begin = c * chunk_rows_;
+  if (!chunked_ || c < 0 || c >= num_chunks() || k0 < begin || k0 + n > begin + chunk_rows_) {
+    return absl::InternalError(absl::StrCat("worker ", ctx_.rank, ": key rows [", k0, ", ",
+                                            k0 + n, ") are not inside key chunk ", c));
+  }
+  if (live_chunk_ != c) {
+    if (live_chunk_ >= 0 || chunk_done_[static_cast<size_t>(c)]) {
+      return absl::InternalError(absl::StrCat("worker ", ctx_.rank, ": key chunk ", c,
+                                              " started while chunk ", live_chunk_,
+                                              " is live, or again"));
+    }
+    const size_t bytes = static_cast<size_t>(KeyChunkBytes(ctx_.shape, chunk_rows_) / 2);
+    RETURN_IF_ERROR(ctx_.backend->Memset(chunk_dk_->get(), 0, bytes, ctx_.stream));
+    RETURN_IF_ERROR(ctx_.backend->Memset(chunk_dv_->get(), 0, bytes, ctx_.stream));
+    live_chunk_ = c;
+  }
+  *dk = ChunkView(chunk_dk_->get(), ctx_.shape, chunk_rows_, k0 - begin, n);
+  *dv = ChunkView(chunk_dv_->get(), ctx_.shape, chunk_rows_, k0 - begin, n);
+  return absl::OkStatus();
+}
+
+absl::Status PassAccumulators::FinishChunk(int64_t c) {
+  if (live_chunk_ != c) {
+    // No call touched the chunk (no visible pair): its gradients are 0.
+    TensorView dk, dv;
+    RETURN_IF_ERROR(ChunkViews(c, c * chunk_rows_, 0, &dk, &dv));
+  }
+  SessionStorage* st = ctx_.storage;
+  const int64_t begin = c * chunk_rows_;
+  const int64_t n = std::min(chunk_rows_, st->rows() - begin);
+  StepStats unattributed;
+  StepStats& counts = ctx_.cur != nullptr ? *ctx_.cur : unattributed;
+  RETURN_IF_ERROR(Launch(&counts.other_launches,
+                         ctx_.backend->Convert(ChunkView(chunk_dk_->get(), ctx_.shape, chunk_rows_, 0, n),
+                                               st->k().Slice(begin, n), ctx_.stream)));
+  RETURN_IF_ERROR(Launch(&counts.other_launches,
+                         ctx_.backend->Convert(ChunkView(chunk_dv_->get(), ctx_.shape, chunk_rows_, 0, n),
+                                               st->v().Slice(begin, n), ctx_.stream)));
+  chunk_done_[static_cast<size_t>(c)] = true;
+  live_chunk_ = -1;
+  return absl::OkStatus();
 }
 
 absl::Status PassAccumulators::PrepareRows(int64_t a, int64_t m, bool* fresh) {
@@ -51,30 +137,6 @@ absl::Status PassAccumulators::PrepareRows(int64_t a, int64_t m, bool* fresh) {
   }
   for (const RowRange& g : gaps) acc_ready_.push_back(g);
   return absl::OkStatus();
-}
-
-bool PassAccumulators::SingleWriterForward() const {
-  const std::vector<RowRange>& owned = ctx_.storage->owned();
-  std::vector<RowRange> written;
-  for (const PlanStep& step : ctx_.steps()) {
-    for (const Transfer& x : step.recvs) {
-      if (x.tensor == PlanTensor::kOutPartial) return false;
-    }
-    for (const ComputeOp& op : step.computes) {
-      for (const RowRange& r : owned) {
-        if (r.Contains(op.q_rows)) written.push_back(op.q_rows);
-      }
-    }
-  }
-  std::sort(written.begin(), written.end(),
-            [](const RowRange& a, const RowRange& b) { return a.begin < b.begin; });
-  int64_t covered = 0, total = 0;
-  for (size_t i = 0; i < written.size(); ++i) {
-    if (i > 0 && written[i].begin < written[i - 1].end) return false;  // a row written twice
-    covered += written[i].size();
-  }
-  for (const RowRange& r : owned) total += r.size();
-  return covered == total;
 }
 
 absl::Status PassAccumulators::InitRows(const RowRange& local) {
@@ -111,14 +173,28 @@ absl::Status PassAccumulators::InitRows(const RowRange& local) {
 }
 
 absl::Status PassAccumulators::Finish() {
-  if (!ctx_.fwd) return absl::OkStatus();
+  SessionStorage* st = ctx_.storage;
+  if (!ctx_.fwd) {
+    // The inputs are dead: the gradients go into their slots, in the session dtype.
+    for (int64_t c = 0; c < num_chunks(); ++c) {
+      if (!chunk_done_[static_cast<size_t>(c)]) RETURN_IF_ERROR(FinishChunk(c));
+    }
+    chunk_dk_.reset();
+    chunk_dv_.reset();
+    RETURN_IF_ERROR(ctx_.backend->Convert(st->dq_acc(), st->q(), ctx_.stream));
+    if (!chunked_) {
+      RETURN_IF_ERROR(ctx_.backend->Convert(st->dk_acc(), st->k(), ctx_.stream));
+      RETURN_IF_ERROR(ctx_.backend->Convert(st->dv_acc(), st->v(), ctx_.stream));
+    }
+    return absl::OkStatus();
+  }
   // Rows no call wrote (no plan leaves any): an empty output, LSE -inf.
-  const int64_t rows = ctx_.storage->rows();
+  const int64_t rows = st->rows();
   bool fresh = false;
   RETURN_IF_ERROR(PrepareRows(0, rows, &fresh));
   if (fresh) RETURN_IF_ERROR(InitRows({0, rows}));
-  if (out_acc_ != nullptr) {
-    RETURN_IF_ERROR(ctx_.backend->Convert(out_view_, ctx_.storage->o(), ctx_.stream));
+  if (out_view_.data != st->o().data) {
+    RETURN_IF_ERROR(ctx_.backend->Convert(out_view_, st->o(), ctx_.stream));
   }
   return absl::OkStatus();
 }

@@ -1,13 +1,18 @@
-// The accumulators a pass writes its results into (internal to the executor).
-// Forward: O and LSE of the worker's owned rows. O accumulates in fp32: in a buffer of its own
-// when the session dtype is not fp32, converted into storage once at the end of the pass --
-// unless the pass is single-writer (every owned row written by exactly one call, no kOutPartial
+// The accumulators a pass writes its results into (internal to the executor), all in the
+// storage's work region (session_storage.h) except the key chunk.
+// Forward: O and LSE of the worker's owned rows. O accumulates in fp32 (the work region's o_acc)
+// when the session dtype is not fp32, converted into O once at the end of the pass -- unless
+// the pass is single-writer (every owned row written by exactly one call, no kOutPartial
 // arriving; e.g. a head group of one worker, or P = 1): then the calls write O in the session's
 // dtype straight into storage (no fp32 buffer, no conversion; cuDNN writes its bf16 O in place).
 // The first call on rows writes them (accumulate = false), so rows are initialised (O = 0,
 // LSE = -inf) only where a merge or a second call needs them, never wholesale per pass.
-// Backward: dQ, dK, dV of the owned rows (fp32 in storage), zeroed at the start, and
-// D = rowsum(dO * O), computed before any grad_in leaves the worker.
+// Backward: D = rowsum(dO * O) first (before any grad_in leaves the worker, and before dQ's
+// accumulator overwrites O), then fp32 dQ of the owned rows and either fp32 dK, dV of all owned
+// rows (the storage's dk_acc, dv_acc) or one key chunk at a time (a chunked backward:
+// core/planner/worker_memory.h ChunkedBackward): the chunk's fp32 dK, dV, zeroed when a chunk
+// starts and converted into K's and V's slots when it finishes. At the end dQ is converted into
+// Q's slot (and the full dK, dV into K's and V's).
 #pragma once
 
 #include <cstdint>
@@ -38,16 +43,29 @@ class PassAccumulators {
   // Forward: O = 0, LSE = -inf on local rows `local` (counted on the running step).
   absl::Status InitRows(const RowRange& local);
   // End of the pass, after the last merge: forward rows no call wrote (no plan leaves any)
-  // become an empty output (O = 0, LSE -inf), and an fp32 accumulator is converted into O.
+  // become an empty output (O = 0, LSE -inf), and an fp32 accumulator is converted into O;
+  // backward gradients are converted into Q's, K's and V's slots (unfinished key chunks: 0).
   absl::Status Finish();
 
- private:
-  bool SingleWriterForward() const;
+  // Backward: whether owned keys run in chunks, and the chunk size (local key rows).
+  bool chunked() const { return chunked_; }
+  int64_t chunk_rows() const { return chunk_rows_; }
+  int64_t num_chunks() const { return static_cast<int64_t>(chunk_done_.size()); }
+  // fp32 dK, dV views over the local key rows [k0, k0 + n) of chunk `c` (which holds them),
+  // the chunk started (zeroed) on first use. One chunk is live at a time.
+  absl::Status ChunkViews(int64_t c, int64_t k0, int64_t n, TensorView* dk, TensorView* dv);
+  // Converts chunk c's dK, dV into K's and V's slots (its keys are done).
+  absl::Status FinishChunk(int64_t c);
 
+ private:
   PassContext& ctx_;
-  std::unique_ptr<DeviceBuffer> out_acc_;  // forward fp32 output accumulator (dtype != f32)
-  TensorView out_view_;                    // fp32 [B, rows, Hq, D] accumulator view
-  std::vector<RowRange> acc_ready_;        // local rows of out_view_ (and LSE) written already
+  TensorView out_view_;              // forward: the output accumulator (o_acc, or O)
+  std::vector<RowRange> acc_ready_;  // local rows of out_view_ (and LSE) written already
+  bool chunked_ = false;
+  int64_t chunk_rows_ = 0;
+  std::unique_ptr<DeviceBuffer> chunk_dk_, chunk_dv_;  // fp32 [B, chunk_rows, Hkv, D]
+  int64_t live_chunk_ = -1;
+  std::vector<bool> chunk_done_;
 };
 
 }  // namespace dfa::executor_internal

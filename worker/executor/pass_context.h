@@ -15,7 +15,7 @@
 #include "kernels/attention_backend.h"
 #include "worker/executor/plan_executor.h"
 #include "worker/executor/session_storage.h"
-#include "worker/transport/transport.h"
+#include "core/transport.h"
 
 namespace dfa::executor_internal {
 

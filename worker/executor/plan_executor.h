@@ -28,7 +28,8 @@
 //   kDqPartial  : dQ fp32 [B, n, Hq, D]
 //   kDkvPartial : dK, dV fp32 [B, n, Hkv, D], two messages
 // Precision: partial outputs and gradients are fp32 throughout; O is converted to the session
-// dtype once, at the end of the forward pass.
+// dtype once, at the end of the forward pass, and the gradients at the end of the backward (a
+// key chunk's dK, dV when the chunk completes).
 //
 // Threads: one executor is used by one thread at a time. backend, transport and storage are not
 // owned and must outlive every call. Cancellation: set *options.cancel (checked before every
@@ -51,10 +52,11 @@
 
 #include "absl/time/time.h"
 #include "core/planner/plan.h"
+#include "core/planner/worker_memory.h"
 #include "kernels/attention_backend.h"
 #include "core/status.h"
 #include "worker/executor/session_storage.h"
-#include "worker/transport/transport.h"
+#include "core/transport.h"
 
 namespace dfa {
 
@@ -63,6 +65,13 @@ struct ExecutorOptions {
   void* compute_stream = nullptr;              // cudaStream_t for cuda; ignored by cpu
   absl::Duration step_timeout = absl::Seconds(120);  // per transport group Wait
   const std::atomic<bool>* cancel = nullptr;   // optional; true -> CANCELLED before the next step
+  // Key rows per chunk of a chunked backward (a storage without fp32 dK/dV accumulators:
+  // core/planner/worker_memory.h ChunkedBackward); must match what the storage was sized for.
+  int64_t step_tokens = kDefaultStepTokens;
+  // A masked plan (Plan::mask() == kIntervals: documents, a window): the session's interval
+  // arrays in the backend's memory (worker/session_mask.h), passed to every unit. Dense plans
+  // leave them null and call kFull / kCausal.
+  MaskIntervals mask_intervals;
 };
 
 // What one step cost. Times are host wall-clock: for a synchronous backend (cpu) busy is the
@@ -99,8 +108,12 @@ class PlanExecutor {
 
   // Forward pass of `plan` for worker transport->rank(): reads storage q, k, v; writes o, lse.
   absl::StatusOr<PassStats> RunForward(const Plan& plan);
-  // Backward pass: reads q, k, v, o, lse, dout; writes delta, dq, dk, dv (fp32). Never
-  // recomputes the forward and never re-sends anything the forward already placed.
+  // Backward pass: reads q, k, v, o, lse, dout; writes delta and the gradients in the session
+  // dtype into q, k, v (storage dq(), dk(), dv()), consuming the inputs and O. Accumulates in
+  // fp32 in the storage's work region: dQ of the owned rows, and dK, dV either of all owned rows
+  // or, for a storage without them, key chunk by key chunk of `step_tokens` rows, each converted
+  // into K's and V's slots once the step's calls on it are done. Never recomputes the forward
+  // and never re-sends anything the forward already placed.
   absl::StatusOr<PassStats> RunBackward(const Plan& plan);
 
  private:

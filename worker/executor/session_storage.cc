@@ -7,7 +7,8 @@
 namespace dfa {
 
 absl::StatusOr<std::unique_ptr<SessionStorage>> SessionStorage::Create(
-    AttentionBackend* backend, const AttentionShape& shape, std::vector<RowRange> owned) {
+    AttentionBackend* backend, const AttentionShape& shape, std::vector<RowRange> owned,
+    const StorageLayout& layout) {
   if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
   RETURN_IF_ERROR(shape.Validate());
   if (owned.empty()) return absl::InvalidArgumentError("owned: no row ranges");
@@ -23,26 +24,21 @@ absl::StatusOr<std::unique_ptr<SessionStorage>> SessionStorage::Create(
     }
     rows += owned[i].size();
   }
-  std::unique_ptr<SessionStorage> s(new SessionStorage(backend, shape, std::move(owned), rows));
-  const int64_t qe = int64_t{shape.batch} * rows * shape.q_heads * shape.head_dim;
-  const int64_t ke = int64_t{shape.batch} * rows * shape.kv_heads * shape.head_dim;
-  const int64_t st = int64_t{shape.batch} * shape.q_heads * rows;
-  const int64_t es = DTypeSize(shape.dtype);
+  std::unique_ptr<SessionStorage> s(
+      new SessionStorage(backend, shape, std::move(owned), rows, layout));
+  const StorageBytes& b = s->bytes_;
   struct Item {
     void** slot;
     int64_t bytes;
   };
   const Item items[] = {
-      {&s->q_, qe * es},
-      {&s->k_, ke * es},
-      {&s->v_, ke * es},
-      {&s->o_, qe * es},
-      {&s->dout_, qe * es},
-      {reinterpret_cast<void**>(&s->dq_), qe * 4},
-      {reinterpret_cast<void**>(&s->dk_), ke * 4},
-      {reinterpret_cast<void**>(&s->dv_), ke * 4},
-      {reinterpret_cast<void**>(&s->lse_), st * 4},
-      {reinterpret_cast<void**>(&s->delta_), st * 4},
+      {&s->q_, b.q},
+      {&s->k_, b.kv},
+      {&s->v_, b.kv},
+      {&s->dout_, b.dout},
+      {&s->work_, b.work},
+      {reinterpret_cast<void**>(&s->lse_), b.stat},
+      {reinterpret_cast<void**>(&s->delta_), b.stat},
   };
   for (const Item& it : items) {
     ASSIGN_OR_RETURN(void* p, backend->Alloc(static_cast<size_t>(it.bytes)));
@@ -54,8 +50,7 @@ absl::StatusOr<std::unique_ptr<SessionStorage>> SessionStorage::Create(
 }
 
 SessionStorage::~SessionStorage() {
-  for (void* p : {q_, k_, v_, o_, dout_, static_cast<void*>(dq_), static_cast<void*>(dk_),
-                  static_cast<void*>(dv_), static_cast<void*>(lse_), static_cast<void*>(delta_)}) {
+  for (void* p : {q_, k_, v_, dout_, work_, static_cast<void*>(lse_), static_cast<void*>(delta_)}) {
     if (p != nullptr) backend_->Free(p);
   }
 }
@@ -79,6 +74,11 @@ TensorView SessionStorage::View(void* p, DType t, int heads) const {
   v.heads = heads;
   v.head_dim = shape_.head_dim;
   return v;
+}
+
+TensorView SessionStorage::Work(int64_t offset, int heads) const {
+  if (offset < 0) return TensorView{};
+  return View(static_cast<char*>(work_) + offset, DType::kF32, heads);
 }
 
 RowStatView SessionStorage::Stat(float* p) const {

@@ -1,8 +1,11 @@
 #include "worker/executor/simulator.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/planner/plan_checker.h"
+#include "worker/executor/memory_tracking_backend.h"
 #include "worker/transport/inproc_transport.h"
 
 namespace dfa {
@@ -41,7 +44,8 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
                        SimulationResult* out, int w) {
   BackendOptions bo;
   bo.num_threads = opt.threads_per_worker;
-  ASSIGN_OR_RETURN(std::unique_ptr<AttentionBackend> backend, CreateBackend(opt.backend, bo));
+  ASSIGN_OR_RETURN(std::unique_ptr<AttentionBackend> inner, CreateBackend(opt.backend, bo));
+  auto backend = std::make_unique<MemoryTrackingBackend>(std::move(inner));
   // The worker's head slice (plan.h "Head groups"): kv heads [k0, k0 + nk), q heads [q0, q0 + nq).
   const HeadRange heads = WorkerKvHeads(plan.workers[w], shape.kv_heads);
   const int per_kv = shape.q_heads / shape.kv_heads;
@@ -49,8 +53,15 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
   AttentionShape local = shape;
   local.kv_heads = nk;
   local.q_heads = nq;
+  CheckOptions check;
+  check.shape = shape;
+  ASSIGN_OR_RETURN(const CheckReport report, CheckPlan(plan, check));
+  ASSIGN_OR_RETURN(const WorkerMemory memory,
+                   PlanWorkerMemory(plan, w, local, report, opt.step_tokens));
+  out->predicted_bytes[w] = memory.peak();
   ASSIGN_OR_RETURN(std::unique_ptr<SessionStorage> st,
-                   SessionStorage::Create(backend.get(), local, plan.workers[w].owned));
+                   SessionStorage::Create(backend.get(), local, plan.workers[w].owned,
+                                          memory.layout));
   const int64_t S = plan.seq_len;
   const int hq = shape.q_heads, hk = shape.kv_heads;
   RETURN_IF_ERROR(Move(*backend, Global(in.q, shape, S, hq, q0, nq), st->q(), *st, true));
@@ -59,8 +70,20 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
   ExecutorOptions eo;
   eo.softmax_scale = opt.softmax_scale;
   eo.step_timeout = opt.step_timeout;
+  eo.step_tokens = opt.step_tokens;
+  // A masked plan (documents, window): the interval arrays every unit reads, in host memory
+  // (a host backend), outside the measured storage.
+  MaskIntervalArrays mask_arrays;
+  if (plan.mask() == MaskKind::kIntervals) {
+    mask_arrays = BuildMaskIntervals(plan.Mask(), shape.batch, S);
+    eo.mask_intervals = {mask_arrays.q_lo.data(), mask_arrays.q_hi.data(),
+                         mask_arrays.k_lo.data(), mask_arrays.k_hi.data(), mask_arrays.seq};
+  }
   PlanExecutor ex(backend.get(), transport.get(), st.get(), eo);
+  // Measured from here: the session's storage and what its passes allocate.
   ASSIGN_OR_RETURN(out->forward[w], ex.RunForward(plan));
+  out->peak_bytes[w] = backend->peak_bytes();
+  out->forward_peak_bytes[w] = backend->peak_bytes() - st->bytes();
   RETURN_IF_ERROR(Move(*backend, Global(out->out, shape, S, hq, q0, nq), st->o(), *st, false));
   // LSE: [B, Hq, S] global from [B, nq, rows] local, range by range.
   int64_t at = 0;
@@ -78,7 +101,10 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
   }
   if (in.dout.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(Move(*backend, Global(in.dout, shape, S, hq, q0, nq), st->dout(), *st, true));
+  backend->ResetPeak();
   ASSIGN_OR_RETURN(out->backward[w], ex.RunBackward(plan));
+  out->peak_bytes[w] = std::max(out->peak_bytes[w], backend->peak_bytes());
+  out->backward_peak_bytes[w] = backend->peak_bytes() - st->bytes();
   RETURN_IF_ERROR(Move(*backend, Global(out->dq, shape, S, hq, q0, nq), st->dq(), *st, false));
   RETURN_IF_ERROR(Move(*backend, Global(out->dk, shape, S, hk, k0, nk), st->dk(), *st, false));
   RETURN_IF_ERROR(Move(*backend, Global(out->dv, shape, S, hk, k0, nk), st->dv(), *st, false));
@@ -120,6 +146,10 @@ absl::StatusOr<SimulationResult> Simulate(const Plan& plan, const AttentionShape
   }
   res.forward.resize(P);
   res.backward.resize(P);
+  res.peak_bytes.assign(P, 0);
+  res.forward_peak_bytes.assign(P, 0);
+  res.backward_peak_bytes.assign(P, 0);
+  res.predicted_bytes.assign(P, 0);
   ASSIGN_OR_RETURN(std::shared_ptr<InprocHub> hub, CreateInprocHub(P));
   std::vector<absl::Status> status(P);
   std::vector<std::thread> threads;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/planner/plan.h"
+#include "core/planner/worker_memory.h"
 #include "worker/executor/plan_executor.h"
 #include "worker/executor/session_storage.h"
 
@@ -28,6 +29,13 @@ struct SimulationResult {
   std::vector<float> dq, dk, dv;      // fp32, [B, S, H, D] (empty when forward only)
   std::vector<PassStats> forward;     // per worker
   std::vector<PassStats> backward;    // per worker
+  // Per worker: the most backend memory it held at once (storage, buffers, key chunks),
+  // measured by MemoryTrackingBackend, and what core/planner/worker_memory.h predicts
+  // (WorkerMemory::peak with the plan's CheckPlan report): what admission charges.
+  std::vector<int64_t> peak_bytes;
+  std::vector<int64_t> predicted_bytes;
+  // Per worker: the most each pass held beyond the storage (buffers, partials, key chunks).
+  std::vector<int64_t> forward_peak_bytes, backward_peak_bytes;
 };
 
 struct SimulationOptions {
@@ -35,6 +43,9 @@ struct SimulationOptions {
   int threads_per_worker = 1;
   float softmax_scale = 0.f;  // 0: 1/sqrt(D)
   absl::Duration step_timeout = absl::Seconds(60);
+  // Key rows per chunk of a chunked backward (each worker's storage has the layout its plan
+  // needs: PlanWorkerMemory).
+  int64_t step_tokens = kDefaultStepTokens;
 };
 
 // INVALID_ARGUMENT for inputs of the wrong size, a bad shape or a worker's kv head range outside

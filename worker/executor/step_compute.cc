@@ -31,12 +31,16 @@ absl::Status StepCompute::Merge(const Buffer& a) {
     }
     case PlanTensor::kDqPartial:
       return Launch(&s.other_launches,
-                    AddInto(*ctx_.backend, st->dq().Slice(local, n), part(0), ctx_.stream));
+                    AddInto(*ctx_.backend, st->dq_acc().Slice(local, n), part(0), ctx_.stream));
     case PlanTensor::kDkvPartial:
-      RETURN_IF_ERROR(Launch(&s.other_launches, AddInto(*ctx_.backend, st->dk().Slice(local, n),
-                                                        part(0), ctx_.stream)));
+      if (st->dk_acc().data == nullptr) {
+        return absl::InternalError("a dK/dV partial arrived in a chunked backward");
+      }
+      RETURN_IF_ERROR(Launch(&s.other_launches, AddInto(*ctx_.backend,
+                                                        st->dk_acc().Slice(local, n), part(0),
+                                                        ctx_.stream)));
       return Launch(&s.other_launches,
-                    AddInto(*ctx_.backend, st->dv().Slice(local, n), part(1), ctx_.stream));
+                    AddInto(*ctx_.backend, st->dv_acc().Slice(local, n), part(1), ctx_.stream));
     default:
       break;
   }
@@ -73,6 +77,12 @@ absl::StatusOr<StepCompute::Side> StepCompute::QuerySide(const RowRange& rows, i
   return Side{{&b->layout, rows.begin - b->rows.begin}, b};
 }
 
+const UnitPairs* StepCompute::MaskedPairs() {
+  if (ctx_.plan.mask() != MaskKind::kIntervals) return nullptr;
+  if (pairs_ == nullptr) pairs_ = std::make_unique<UnitPairs>(ctx_.plan);
+  return pairs_.get();
+}
+
 absl::Status StepCompute::RunStep(int t) {
   const std::vector<ComputeOp>& ops = ctx_.steps()[t].computes;
   std::vector<Side> qs, kvs;
@@ -85,35 +95,80 @@ absl::Status StepCompute::RunStep(int t) {
     qp.push_back(q.place);
     kp.push_back(kv.place);
   }
-  for (const FusedCall& call : FuseStepOps(ops, qp, kp, ctx_.plan.mask())) {
-    RETURN_IF_ERROR(Compute(call, qs[call.ops[0]], kvs[call.ops[0]], t));
+  const std::vector<FusedCall> calls = FuseStepOps(ops, qp, kp, ctx_.plan.mask(), MaskedPairs());
+  if (ctx_.fwd || !acc_.chunked()) {
+    for (const FusedCall& call : calls) {
+      RETURN_IF_ERROR(Compute(call, qs[call.ops[0]], kvs[call.ops[0]], t, {}));
+    }
+    return absl::OkStatus();
+  }
+  // Chunked backward (pass_accumulators.h): calls on received keys as they come; calls on owned
+  // keys key chunk by key chunk, each chunk converted into K's and V's slots once every call of
+  // the step has run on it (ChunkedBackward: no other step computes on owned keys).
+  const int64_t R = acc_.chunk_rows();
+  std::vector<int64_t> first(calls.size(), 0), last(calls.size(), -1);
+  int64_t lo = acc_.num_chunks(), hi = -1;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const FusedCall& call = calls[i];
+    if (kvs[call.ops[0]].buffer != nullptr) {
+      RETURN_IF_ERROR(Compute(call, qs[call.ops[0]], kvs[call.ops[0]], t, {}));
+      continue;
+    }
+    if (call.n <= 0) continue;
+    first[i] = call.kv.local / R;
+    last[i] = (call.kv.local + call.n - 1) / R;
+    lo = std::min(lo, first[i]);
+    hi = std::max(hi, last[i]);
+  }
+  for (int64_t c = lo; c <= hi; ++c) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (c < first[i] || c > last[i]) continue;
+      const FusedCall& call = calls[i];
+      const int64_t b = std::max(call.kv.local, c * R);
+      const int64_t e = std::min(call.kv.local + call.n, (c + 1) * R);
+      RETURN_IF_ERROR(Compute(call, qs[call.ops[0]], kvs[call.ops[0]], t,
+                              KeyPiece{b - call.kv.local, e - b, c, c == first[i]}));
+    }
+    RETURN_IF_ERROR(acc_.FinishChunk(c));
   }
   return absl::OkStatus();
 }
 
 absl::Status StepCompute::Compute(const FusedCall& call, const Side& qside, const Side& kvside,
-                                  int t) {
+                                  int t, const KeyPiece& piece) {
   SessionStorage* st = ctx_.storage;
   const AttentionShape& shape = ctx_.shape;
   const bool fwd = ctx_.fwd;
   const int64_t m = call.m, n = call.n;
   StepStats& s = ctx_.stats.steps[t];
+  if (piece.n >= 0 && !piece.first) return ComputePiece(call, qside, t, piece);
   s.units += static_cast<int64_t>(call.ops.size());
+  const UnitPairs* masked = MaskedPairs();
   for (int i : call.ops) {
     const ComputeOp& op = ctx_.steps()[t].computes[i];
-    s.flops += (fwd ? 1.0 : 2.5) * ForwardFlops(shape.batch, shape.q_heads, shape.head_dim,
-                                                op.q_rows.begin, op.q_rows.size(),
-                                                op.kv_rows.begin, op.kv_rows.size(),
-                                                ctx_.plan.mask());
+    // 4·B·Hq·D FLOPs per visible pair (a masked plan: pairs under its documents and window).
+    s.flops += (fwd ? 1.0 : 2.5) *
+               (masked != nullptr
+                    ? 4.0 * shape.batch * shape.q_heads * shape.head_dim *
+                          (*masked)(op.q_rows, op.kv_rows)
+                    : ForwardFlops(shape.batch, shape.q_heads, shape.head_dim, op.q_rows.begin,
+                                   op.q_rows.size(), op.kv_rows.begin, op.kv_rows.size(),
+                                   ctx_.plan.mask()));
   }
+  // A call whose rows see none of its keys (masked plans) costs nothing: its partials (made
+  // below, sent as the plan says) stay empty, its owned rows are finished as empty rows.
+  const bool empty =
+      masked != nullptr && call.mask == MaskKind::kIntervals &&
+      (*masked)({call.q_row0, call.q_row0 + m}, {call.kv_row0, call.kv_row0 + n}) <= 0;
+  if (piece.n >= 0) return ComputePiece(call, qside, t, piece);
   // Key/value side.
   TensorView k, v, dk, dv;
   if (Buffer* kvbuf = kvside.buffer; kvbuf == nullptr) {
     const int64_t local = call.kv.local;
     k = st->k().Slice(local, n);
     v = st->v().Slice(local, n);
-    dk = st->dk().Slice(local, n);
-    dv = st->dv().Slice(local, n);
+    dk = st->dk_acc().Slice(local, n);
+    dv = st->dv_acc().Slice(local, n);
   } else {
     const int64_t off = call.kv.local, tot = kvbuf->rows.size();
     const Component c = Components(PlanTensor::kKV, shape)[0];
@@ -138,10 +193,12 @@ absl::Status StepCompute::Compute(const FusedCall& call, const Side& qside, cons
   const PlanTensor q_kind = fwd ? PlanTensor::kQ : PlanTensor::kGradIn;
   const std::vector<Component> qc = Components(q_kind, shape);
   const Component q32{DType::kF32, shape.q_heads, false};
+  if (empty) return absl::OkStatus();
   if (fwd) {
     ForwardArgs a;
     a.scale = ctx_.scale;
     a.mask = call.mask;
+    a.intervals = ctx_.options.mask_intervals;
     a.q_row0 = call.q_row0;
     a.kv_row0 = call.kv_row0;
     a.k = k;
@@ -165,6 +222,7 @@ absl::Status StepCompute::Compute(const FusedCall& call, const Side& qside, cons
   BackwardArgs a;
   a.scale = ctx_.scale;
   a.mask = call.mask;
+  a.intervals = ctx_.options.mask_intervals;
   a.q_row0 = call.q_row0;
   a.kv_row0 = call.kv_row0;
   a.k = k;
@@ -177,11 +235,62 @@ absl::Status StepCompute::Compute(const FusedCall& call, const Side& qside, cons
     a.dout = st->dout().Slice(qlocal, m);
     a.lse = st->lse().Slice(qlocal, m);
     a.delta = st->delta().Slice(qlocal, m);
-    a.dq = st->dq().Slice(qlocal, m);
-    // The final O of the worker's own rows: backends whose backward forms D themselves (cudnn)
-    // need it; the others ignore it. Helpers' rows carry D only (no O travels).
-    a.out = st->o().Slice(qlocal, m);
+    a.dq = st->dq_acc().Slice(qlocal, m);
+    // No final O: dQ's fp32 accumulator overwrote it once D was formed (session_storage.h).
+    // Backends whose backward forms D themselves (cudnn) build a stand-in O from D, as they do
+    // for helpers' rows (no O travels).
   } else {
+    a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape, qtot, qoff, m);
+    a.dout = ComponentView(qbuf->parts[1]->get(), qc[1], shape, qtot, qoff, m);
+    a.lse = StatView(qbuf->parts[2]->get(), shape, qtot, qoff, m);
+    a.delta = StatView(qbuf->parts[3]->get(), shape, qtot, qoff, m);
+    a.dq = ComponentView(qpart->parts[0]->get(), q32, shape, qtot, qoff, m);
+  }
+  return Launch(&s.backward_launches, ctx_.backend->Backward(a));
+}
+
+
+absl::Status StepCompute::ComputePiece(const FusedCall& call, const Side& qside, int t,
+                                       const KeyPiece& piece) {
+  SessionStorage* st = ctx_.storage;
+  const AttentionShape& shape = ctx_.shape;
+  StepStats& s = ctx_.stats.steps[t];
+  const int64_t kl = call.kv.local + piece.off;
+  BackwardArgs a;
+  a.scale = ctx_.scale;
+  a.mask = call.mask;
+  a.intervals = ctx_.options.mask_intervals;
+  a.kv_row0 = call.kv_row0 + piece.off;
+  a.k = st->k().Slice(kl, piece.n);
+  a.v = st->v().Slice(kl, piece.n);
+  RETURN_IF_ERROR(acc_.ChunkViews(piece.chunk, kl, piece.n, &a.dk, &a.dv));
+  a.stream = ctx_.stream;
+  // Query rows: a causal piece skips the rows before its first key (they see none of it).
+  int64_t skip = 0;
+  if (call.mask == MaskKind::kCausal) {
+    skip = std::clamp<int64_t>(a.kv_row0 - call.q_row0, 0, call.m);
+  }
+  const int64_t m = call.m - skip;
+  Buffer* qbuf = qside.buffer;
+  // A received query block's dQ partial exists once any of its calls ran (the plan sends it),
+  // also when this piece sees none of its rows.
+  Buffer* qpart = nullptr;
+  if (qbuf != nullptr) {
+    ASSIGN_OR_RETURN(qpart, buffers_.Partial(PlanTensor::kDqPartial, qbuf->rows));
+  }
+  if (m <= 0 || piece.n <= 0) return absl::OkStatus();
+  a.q_row0 = call.q_row0 + skip;
+  if (qbuf == nullptr) {
+    const int64_t ql = call.q.local + skip;
+    a.q = st->q().Slice(ql, m);
+    a.dout = st->dout().Slice(ql, m);
+    a.lse = st->lse().Slice(ql, m);
+    a.delta = st->delta().Slice(ql, m);
+    a.dq = st->dq_acc().Slice(ql, m);
+  } else {
+    const std::vector<Component> qc = Components(PlanTensor::kGradIn, shape);
+    const Component q32{DType::kF32, shape.q_heads, false};
+    const int64_t qoff = call.q.local + skip, qtot = qbuf->rows.size();
     a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape, qtot, qoff, m);
     a.dout = ComponentView(qbuf->parts[1]->get(), qc[1], shape, qtot, qoff, m);
     a.lse = StatView(qbuf->parts[2]->get(), shape, qtot, qoff, m);

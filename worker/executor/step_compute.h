@@ -3,11 +3,15 @@
 // key/value side from owned storage or a received buffer, and writes
 //   forward:  owned rows -> the output accumulator (pass_accumulators.h); received Q -> an
 //             O/LSE partial for the rows' owner (pass_buffers.h);
-//   backward: owned rows -> dQ, dK, dV in storage; received grad_in / K/V -> a dQ / dK/dV
-//             partial for the rows' owner.
+//   backward: owned rows -> the fp32 dQ accumulator; owned keys -> the fp32 dK, dV
+//             accumulators, or (chunked backward) key chunk by key chunk, each chunk's pieces
+//             of every call of the step, then the chunk converted (pass_accumulators.h);
+//             received grad_in / K/V -> a dQ / dK/dV partial for the rows' owner.
 // Merge takes a partial received by its owner into the accumulators (forward: a merge of
 // O/LSE; backward: dQ, dK, dV added).
 #pragma once
+
+#include <memory>
 
 #include "core/planner/plan.h"
 #include "core/status.h"
@@ -38,11 +42,27 @@ class StepCompute {
   };
   absl::StatusOr<Side> QuerySide(const RowRange& rows, int t);
   absl::StatusOr<Side> KvSide(const RowRange& rows, int t);
-  absl::Status Compute(const FusedCall& call, const Side& q, const Side& kv, int t);
+  // Key rows [off, off + n) of a call (a piece of key chunk `chunk` in a chunked backward; n < 0:
+  // the whole call). `first`: the call's first piece (counts its units and FLOPs).
+  struct KeyPiece {
+    int64_t off = 0;
+    int64_t n = -1;
+    int64_t chunk = -1;
+    bool first = true;
+  };
+  absl::Status Compute(const FusedCall& call, const Side& q, const Side& kv, int t,
+                       const KeyPiece& piece);
+  // A chunked backward's piece of a call on owned keys: dK, dV into the chunk's accumulators.
+  absl::Status ComputePiece(const FusedCall& call, const Side& q, int t, const KeyPiece& piece);
+
+  // Visible pairs of a unit under the plan's mask (FLOPs, fusion and skipping of a masked
+  // plan); made on the first step of a masked plan.
+  const UnitPairs* MaskedPairs();
 
   PassContext& ctx_;
   PassBuffers& buffers_;
   PassAccumulators& acc_;
+  std::unique_ptr<UnitPairs> pairs_;
 };
 
 }  // namespace dfa::executor_internal

@@ -23,7 +23,7 @@
 #include "core/status.h"
 #include "worker/executor/pass_buffers.h"
 #include "worker/executor/pass_context.h"
-#include "worker/transport/transport.h"
+#include "core/transport.h"
 
 namespace dfa::executor_internal {
 

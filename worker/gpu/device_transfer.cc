@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/gpu/cuda_ipc.h"
 #include "core/gpu/cuda_status.h"
 
@@ -96,6 +97,13 @@ RowCoverage* CoverageOf(WorkerSession* s, v1::TensorKind kind) {
 }
 
 absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind) {
+  const bool input = kind == v1::TENSOR_Q || kind == v1::TENSOR_K || kind == v1::TENSOR_V;
+  if (s.inputs_consumed && (kind == v1::TENSOR_O || input)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kind = ", KindName(kind), ": consumed by the backward job (its memory holds the "
+        "gradients: download O after the forward; upload q/k/v again for the next forward)"));
+  }
+  if (kind == v1::TENSOR_LSE && s.inputs_consumed && s.backward_done) return absl::OkStatus();
   if ((kind == v1::TENSOR_O || kind == v1::TENSOR_LSE) && !s.forward_done) {
     return absl::FailedPreconditionError(
         absl::StrCat("kind = ", KindName(kind), ": no forward job has run on the current inputs"));
@@ -248,11 +256,53 @@ absl::Status ValidateDeviceTransfer(const WorkerSession& s, const v1::DeviceTran
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> RunDeviceTransfer(WorkerSession* s, const v1::DeviceTransferRequest& req) {
+namespace {
+
+const absl::StatusOr<std::string>& ThisHost() {
   static const absl::StatusOr<std::string> kHost = HostBootId();
-  if (!kHost.ok()) return kHost.status();
+  return kHost;
+}
+
+absl::StatusOr<CudaIpcImporter*> Importer(WorkerSession* s) {
+  if (s->cuda_ipc == nullptr) {
+    cudaPointerAttributes attr;
+    CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, s->storage->q().data));
+    s->cuda_ipc = std::make_shared<CudaIpcImporter>(attr.device);
+  }
+  return s->cuda_ipc.get();
+}
+
+// The bytes the strided client tensor spans from its first element.
+size_t SpanBytes(const v1::DeviceTensorRef& t) {
+  int64_t span = 1;
+  for (int i = 0; i < t.shape_size(); ++i) span += (t.shape(i) - 1) * t.strides(i);
+  return static_cast<size_t>(span * DTypeSize(static_cast<DType>(t.dtype())));
+}
+
+absl::Status Prefixed(const absl::Status& st, const std::string& prefix) {
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat(prefix, st.message()));
+}
+
+// After an upload's copy has completed: its rows count as written; results of earlier inputs
+// are stale.
+void MarkUploaded(WorkerSession* s, const v1::DeviceTransferRequest& req) {
+  const v1::TensorKind kind = req.kind();
+  const RowRange rows{req.rows().begin(), req.rows().end()};
+  const absl::StatusOr<int64_t> local = LocalRowOf(*s, rows);
+  if (!local.ok()) return;  // validated before the copy
+  RowCoverage* c = CoverageOf(s, kind);
+  for (int b = 0; b < s->spec.batch(); ++b) c->Mark(b * s->storage->rows() + *local, rows.size());
+  if (kind != v1::TENSOR_DO) s->forward_done = false;
+  s->backward_done = false;
+}
+
+// Validates `req` and queues its copy on the backend's default stream (not synchronised).
+absl::StatusOr<int64_t> EnqueueDeviceTransfer(WorkerSession* s,
+                                              const v1::DeviceTransferRequest& req) {
+  if (!ThisHost().ok()) return ThisHost().status();
   int64_t bytes = 0;
-  RETURN_IF_ERROR(ValidateDeviceTransfer(*s, req, *kHost, &bytes));
+  RETURN_IF_ERROR(ValidateDeviceTransfer(*s, req, *ThisHost(), &bytes));
   const v1::TensorKind kind = req.kind();
   if (!req.upload()) RETURN_IF_ERROR(CheckReadable(*s, kind));
   const RowRange rows{req.rows().begin(), req.rows().end()};
@@ -261,16 +311,8 @@ absl::StatusOr<int64_t> RunDeviceTransfer(WorkerSession* s, const v1::DeviceTran
   const bool lse = kind == v1::TENSOR_LSE;
   const DType dtype = static_cast<DType>(t.dtype());
 
-  if (s->cuda_ipc == nullptr) {
-    cudaPointerAttributes attr;
-    CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, s->storage->q().data));
-    s->cuda_ipc = std::make_shared<CudaIpcImporter>(attr.device);
-  }
-  // The bytes the strided tensor spans from its first element.
-  int64_t span = 1;
-  for (int i = 0; i < t.shape_size(); ++i) span += (t.shape(i) - 1) * t.strides(i);
-  ASSIGN_OR_RETURN(void* remote, s->cuda_ipc->Map(t.cuda_ipc_handle(), t.offset(),
-                                                  static_cast<size_t>(span * DTypeSize(dtype))));
+  ASSIGN_OR_RETURN(CudaIpcImporter * importer, Importer(s));
+  ASSIGN_OR_RETURN(void* remote, importer->Map(t.cuda_ipc_handle(), t.offset(), SpanBytes(t)));
 
   // The session's rows and the client's tensor as views of one shape.
   TensorView mine, theirs;
@@ -314,14 +356,114 @@ absl::StatusOr<int64_t> RunDeviceTransfer(WorkerSession* s, const v1::DeviceTran
   } else {
     RETURN_IF_ERROR(be->Convert(src, dst, nullptr));
   }
-  RETURN_IF_ERROR(be->Synchronize(nullptr));
-  if (req.upload()) {
-    RowCoverage* c = CoverageOf(s, kind);
-    for (int b = 0; b < s->spec.batch(); ++b) c->Mark(b * s->storage->rows() + local, rows.size());
-    if (kind != v1::TENSOR_DO) s->forward_done = false;
-    s->backward_done = false;
-  }
   return bytes;
+}
+
+bool IsJobInput(v1::JobKind job, v1::TensorKind k) {
+  return job == v1::JOB_FORWARD ? (k == v1::TENSOR_Q || k == v1::TENSOR_K || k == v1::TENSOR_V)
+                                : k == v1::TENSOR_DO;
+}
+bool IsJobOutput(v1::JobKind job, v1::TensorKind k) {
+  return job == v1::JOB_FORWARD ? (k == v1::TENSOR_O || k == v1::TENSOR_LSE) : IsGradient(k);
+}
+
+std::vector<v1::DeviceTransferRequest>* BoundOf(WorkerSession* s, v1::JobKind job) {
+  if (job == v1::JOB_FORWARD) return &s->bound_forward;
+  if (job == v1::JOB_BACKWARD) return &s->bound_backward;
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> RunDeviceTransfer(WorkerSession* s, const v1::DeviceTransferRequest& req) {
+  ASSIGN_OR_RETURN(const int64_t bytes, EnqueueDeviceTransfer(s, req));
+  RETURN_IF_ERROR(s->backend->Synchronize(nullptr));
+  if (req.upload()) MarkUploaded(s, req);
+  return bytes;
+}
+
+absl::Status ValidateBinding(const WorkerSession& s, const v1::BindDeviceTensorsRequest& req,
+                             const std::string& this_host, int64_t* bytes_out) {
+  const v1::JobKind job = req.job();
+  if (job != v1::JOB_FORWARD && job != v1::JOB_BACKWARD) {
+    return absl::InvalidArgumentError(absl::StrCat("job = ", static_cast<int>(job),
+                                                   " is not JOB_FORWARD or JOB_BACKWARD"));
+  }
+  if (req.transfers_size() > kMaxBoundTransfers) {
+    return absl::InvalidArgumentError(absl::StrCat("transfers has ", req.transfers_size(),
+                                                   " entries; at most ", kMaxBoundTransfers));
+  }
+  // Every entry's fields first; what no entry can fix (another host, a cpu worker) after.
+  int64_t total = 0;
+  absl::Status refusal;
+  for (int i = 0; i < req.transfers_size(); ++i) {
+    const v1::DeviceTransferRequest& t = req.transfers(i);
+    const std::string prefix = absl::StrCat("transfers[", i, "]: ");
+    const bool fits = t.upload() ? IsJobInput(job, t.kind()) : IsJobOutput(job, t.kind());
+    if (!fits) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "kind = ", v1::TensorKind_Name(t.kind()), " with upload = ", t.upload(),
+          " is not ", t.upload() ? "an input" : "an output", " of ", v1::JobKind_Name(job),
+          job == v1::JOB_FORWARD ? " (inputs Q, K, V; outputs O, LSE)"
+                                 : " (input dO; outputs dQ, dK, dV)"));
+    }
+    int64_t bytes = 0;
+    const absl::Status st = Prefixed(ValidateDeviceTransfer(s, t, this_host, &bytes), prefix);
+    if (st.code() == absl::StatusCode::kFailedPrecondition) {
+      if (refusal.ok()) refusal = st;
+    } else {
+      RETURN_IF_ERROR(st);
+    }
+    total += bytes;
+  }
+  RETURN_IF_ERROR(refusal);
+  *bytes_out = total;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> BindDeviceTensors(WorkerSession* s,
+                                          const v1::BindDeviceTensorsRequest& req) {
+  if (!ThisHost().ok()) return ThisHost().status();
+  int64_t total = 0;
+  RETURN_IF_ERROR(ValidateBinding(*s, req, *ThisHost(), &total));
+  // Every handle opened (and its range checked) now, so a job never meets a bad one.
+  for (int i = 0; i < req.transfers_size(); ++i) {
+    const v1::DeviceTensorRef& t = req.transfers(i).tensor();
+    ASSIGN_OR_RETURN(CudaIpcImporter * importer, Importer(s));
+    RETURN_IF_ERROR(Prefixed(
+        importer->Map(t.cuda_ipc_handle(), t.offset(), SpanBytes(t)).status(),
+        absl::StrCat("transfers[", i, "]: ")));
+  }
+  std::vector<v1::DeviceTransferRequest>& bound = *BoundOf(s, req.job());
+  bound.assign(req.transfers().begin(), req.transfers().end());
+  for (v1::DeviceTransferRequest& t : bound) {
+    t.clear_session_id();
+    t.clear_client_id();
+  }
+  return total;
+}
+
+absl::Status RunBoundTransfers(WorkerSession* s, v1::JobKind job, bool inputs,
+                               BoundTransferStats* stats) {
+  std::vector<v1::DeviceTransferRequest>* bound = BoundOf(s, job);
+  if (bound == nullptr) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  int n = 0;
+  for (const v1::DeviceTransferRequest& req : *bound) {
+    if (req.upload() != inputs) continue;
+    ASSIGN_OR_RETURN(const int64_t bytes, EnqueueDeviceTransfer(s, req));
+    stats->bytes += bytes;
+    ++n;
+  }
+  if (n == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(s->backend->Synchronize(nullptr));
+  if (inputs) {
+    for (const v1::DeviceTransferRequest& req : *bound) {
+      if (req.upload()) MarkUploaded(s, req);
+    }
+  }
+  stats->seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  return absl::OkStatus();
 }
 
 }  // namespace dfa

@@ -1,9 +1,38 @@
 #include "worker/gpu/gpu_backend_factory.h"
 
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/gpu/cuda_status.h"
 #include "worker/gpu/device_memory_pool.h"
 #include "worker/gpu/pooled_backend.h"
 
 namespace dfa {
+
+absl::StatusOr<size_t> DevicePoolBytes(int device, int64_t bytes, double fraction) {
+  if (bytes <= 0 && fraction <= 0) return size_t{0};
+  int count = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device = ", device, " does not exist (", count, " devices)"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  size_t free_bytes = 0, total = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));
+  size_t want = bytes > 0 ? static_cast<size_t>(bytes)
+                          : static_cast<size_t>(fraction * static_cast<double>(total));
+  want &= ~size_t{(2 << 20) - 1};  // whole 2 MiB pages
+  if (want == 0) {
+    return absl::InvalidArgumentError("device_memory_limit rounds to 0 bytes (minimum 2M)");
+  }
+  if (want > free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device_memory_limit: ", want, " bytes asked on device ", device, " (total ", total,
+        "), ", free_bytes, " free"));
+  }
+  return want;
+}
 
 absl::StatusOr<BackendFactory> MakePooledCudaBackendFactory(
     const BackendOptions& options, size_t pool_bytes, size_t headroom_bytes,

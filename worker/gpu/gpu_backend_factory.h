@@ -19,6 +19,11 @@ class DeviceMemoryPool;
 
 using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<AttentionBackend>>()>;
 
+// The device pool's size on `device` for a limit of `bytes` (> 0) or `fraction` (in (0, 1]) of
+// the device's total memory; both 0: 0 (the pool's default, all free memory but its headroom).
+// RESOURCE_EXHAUSTED naming device_memory_limit when the device has less free memory.
+absl::StatusOr<size_t> DevicePoolBytes(int device, int64_t bytes, double fraction);
+
 // `options`/`name`: the device backend to wrap ("cuda", or "cudnn" where the kernels offer it).
 // `pool_bytes` 0: all free device memory but `headroom_bytes` (NCCL buffers, the context).
 // UNAVAILABLE without a usable GPU; RESOURCE_EXHAUSTED when the pool does not fit.

@@ -52,12 +52,16 @@ absl::Status Traced(OpTrace* trace, void* stream, const char* what, int64_t rows
 }
 
 absl::Status PooledBackend::Forward(const ForwardArgs& a) {
-  const char* what = a.mask == MaskKind::kCausal ? "fwd causal" : "fwd full";
+  const char* what = a.mask == MaskKind::kCausal      ? "fwd causal"
+                     : a.mask == MaskKind::kIntervals ? "fwd masked"
+                                                      : "fwd full";
   return Traced(trace_.get(), a.stream, what, a.q.rows, a.k.rows, [&] { return inner_->Forward(a); });
 }
 
 absl::Status PooledBackend::Backward(const BackwardArgs& a) {
-  const char* what = a.mask == MaskKind::kCausal ? "bwd causal" : "bwd full";
+  const char* what = a.mask == MaskKind::kCausal      ? "bwd causal"
+                     : a.mask == MaskKind::kIntervals ? "bwd masked"
+                                                      : "bwd full";
   return Traced(trace_.get(), a.stream, what, a.q.rows, a.k.rows,
                 [&] { return inner_->Backward(a); });
 }

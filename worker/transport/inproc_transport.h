@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "worker/transport/transport.h"
+#include "core/transport.h"
 
 namespace dfa {
 

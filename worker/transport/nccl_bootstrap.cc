@@ -1,7 +1,7 @@
 #include "worker/transport/nccl_bootstrap.h"
 
 #include "absl/strings/str_cat.h"
-#include "worker/transport/nccl_transport.h"
+#include "core/gpu/nccl_transport.h"
 
 namespace dfa {
 

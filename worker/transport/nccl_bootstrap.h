@@ -19,7 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/status.h"
-#include "worker/transport/transport.h"
+#include "core/transport.h"
 
 namespace dfa {
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "dfa/v1/worker.pb.h"
 #include "worker/transport/nccl_bootstrap.h"
-#include "worker/transport/nccl_transport.h"
+#include "core/gpu/nccl_transport.h"
 #include "worker/transport/peer_address.h"
 #include "worker/transport/session_transport.h"
 

@@ -14,7 +14,7 @@
 
 #include "absl/time/time.h"
 #include "dfa/v1/worker.pb.h"
-#include "worker/transport/transport.h"
+#include "core/transport.h"
 
 namespace dfa {
 

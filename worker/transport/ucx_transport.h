@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/transport/transport.h"
+#include "core/transport.h"
 
 namespace dfa {
 

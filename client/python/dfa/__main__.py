@@ -5,12 +5,13 @@ extension (so they work wherever `pip install client/python` does, without the C
     python -m dfa workers --coordinator HOST:PORT [--json]
     python -m dfa cluster [--workers N] [--threads T] [--backend B] [--memory-limit 8G]
                           [--bin-dir DIR] [--log-dir DIR]
+    python -m dfa bench [--offload] [flags]   (dfa/bench.py; --offload: dfa/offload_bench.py)
     python -m dfa --version | -h
 
 --json prints one JSON document with the keys of `dfa status --json` / `dfa workers --json`
 (docs/client.md). Security flags as the `dfa` command's: --tls-cert --tls-key --tls-ca
---tls-server-name --auth-token (default $DFA_AUTH_TOKEN). An unknown flag or command is named
-with the closest known one. Exit status: 0 success, 1 failure, 2 bad usage, 130 Ctrl-C.
+--tls-server-name --auth-token (default $DFA_AUTH_TOKEN) --auth-token-file. An unknown flag or
+command is named with the closest known one. Exit status: 0 success, 1 failure, 2 bad usage, 130 Ctrl-C.
 """
 
 import argparse
@@ -21,7 +22,7 @@ import re
 import sys
 import time
 
-COMMANDS = ("status", "workers", "cluster")
+COMMANDS = ("status", "workers", "cluster", "bench")
 _UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
 
 
@@ -87,15 +88,37 @@ def add_security(p):
     g.add_argument("--tls-ca", default="", metavar="FILE", help="CA bundle of the servers")
     g.add_argument("--tls-server-name", default="", metavar="NAME",
                    help="name to expect in the servers' certificates")
-    g.add_argument("--auth-token", default=os.environ.get("DFA_AUTH_TOKEN", ""),
+    g.add_argument("--auth-token", default=None,
                    metavar="TOKEN", help="bearer token (default $DFA_AUTH_TOKEN)")
+    g.add_argument("--auth-token-file", default="", metavar="FILE",
+                   help="file holding the bearer token (instead of --auth-token)")
+
+
+def auth_token(a):
+    """The token of --auth-token, of --auth-token-file (trailing whitespace dropped), or of
+    $DFA_AUTH_TOKEN, in that order; a usage error naming the flag for a bad file."""
+    if a.auth_token_file:
+        if a.auth_token is not None:
+            raise UsageError("--auth-token and --auth-token-file: give one")
+        try:
+            with open(a.auth_token_file) as f:
+                token = f.read().rstrip()
+        except OSError as e:
+            raise UsageError(f"--auth-token-file: cannot read '{a.auth_token_file}': "
+                             f"{e.strerror}")
+        if not token:
+            raise UsageError(f"--auth-token-file: '{a.auth_token_file}' holds no token")
+        return token
+    if a.auth_token is not None:
+        return a.auth_token
+    return os.environ.get("DFA_AUTH_TOKEN", "")
 
 
 def connect(a):
     import dfa
     if not a.coordinator:
         raise UsageError("--coordinator HOST:PORT is required")
-    return dfa.Client(a.coordinator, token=a.auth_token, tls_cert=a.tls_cert, tls_key=a.tls_key,
+    return dfa.Client(a.coordinator, token=auth_token(a), tls_cert=a.tls_cert, tls_key=a.tls_key,
                       tls_ca=a.tls_ca, tls_server_name=a.tls_server_name)
 
 
@@ -199,6 +222,9 @@ def build_parser():
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "bench":  # its own flags (python -m dfa bench --help)
+        from dfa import bench
+        return bench.main(argv[1:]) or 0
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         close = difflib.get_close_matches(argv[0], COMMANDS, n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""

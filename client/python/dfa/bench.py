@@ -11,6 +11,8 @@ is timed three ways on the same tensors:
     dQ, dK, dV), and the control plane (CreateSession + ReleaseSession, which the module pays
     once, not per step).
 Best of --repeat. Starts its own local cluster unless --coordinator is given.
+`--offload` runs the GPU benchmark instead (dfa/offload_bench.py: a torch job's layer on CUDA
+tensors through the service by CUDA IPC, shared memory and gRPC, against local SDPA).
 
   python3 -m dfa.bench [--coordinator HOST:PORT | --workers 2 --threads 1] [--seq 2048,8192]
                        [--batch 1] [--heads 8] [--kv-heads 8] [--head-dim 64] [--dtype f32]
@@ -118,7 +120,12 @@ def report(seq, res, log):
                                       "download_o", "download_grads", "create", "release")))
 
 
-def main():
+def main(argv=None):
+    import sys
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--offload" in argv:  # one layer of a torch job on a GPU: dfa/offload_bench.py
+        from dfa import offload_bench
+        return offload_bench.main(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--coordinator")
     p.add_argument("--bin-dir")
@@ -132,7 +139,7 @@ def main():
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     p.add_argument("--repeat", type=int, default=3)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     import torch
     import dfa
     torch.set_num_threads(a.torch_threads or a.workers * a.threads)

@@ -2,8 +2,10 @@
 tolerance rule.
 
 Shapes as in the service: Q, O, dO [B, S, Hq, D]; K, V [B, S, Hkv, D] (GQA: query head h uses
-key/value head h // (Hq / Hkv)); LSE [B, Hq, S] (natural log). Rows with no visible key cannot
-occur here (causal with equal query and key lengths always sees the diagonal).
+key/value head h // (Hq / Hkv)); LSE [B, Hq, S] (natural log). Masks: causal, and optionally
+packed documents (`doc_offsets`, one offsets sequence for every row or one per row) and a
+sliding window (`window` = (left, right), -1 unbounded), as AttentionSpec's fields (mask_of).
+Rows with no visible key cannot occur here (every query sees at least itself).
 Memory: B·Hq·S² fp64 values; meant for test sizes (S of a few thousand at most).
 """
 
@@ -14,35 +16,58 @@ def _expand(kv, hq):
     return np.repeat(kv, hq // kv.shape[2], axis=2)
 
 
-def _probs(q, k, causal, scale):
+def mask_of(batch, seq, causal=True, doc_offsets=(), window=(-1, -1)):
+    """[B, 1, S, S] bool: query i sees key j (same document, j <= i when causal, window)."""
+    rows = list(doc_offsets) if doc_offsets is not None and len(doc_offsets) else [()]
+    if all(isinstance(x, (int, np.integer)) for x in rows):
+        rows = [rows]  # one flat offsets sequence: every row
+    i = np.arange(seq)[:, None]
+    j = np.arange(seq)[None, :]
+    out = np.empty((batch, 1, seq, seq), dtype=bool)
+    for b in range(batch):
+        offsets = rows[0] if len(rows) == 1 else rows[b]
+        doc = np.zeros(seq, dtype=np.int64)
+        for o in list(offsets)[1:-1]:
+            doc[int(o):] += 1
+        m = doc[:, None] == doc[None, :]
+        if causal:
+            m &= j <= i
+        if window[0] >= 0:
+            m &= j >= i - window[0]
+        if window[1] >= 0:
+            m &= j <= i + window[1]
+        out[b, 0] = m
+    return out
+
+
+def _probs(q, k, causal, scale, doc_offsets=(), window=(-1, -1)):
     s = np.einsum("bihd,bjhd->bhij", q, k) * scale
-    if causal:
-        n = q.shape[1]
-        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    if causal or len(doc_offsets) or window[0] >= 0 or window[1] >= 0:
+        s = np.where(mask_of(q.shape[0], q.shape[1], causal, doc_offsets, window), s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
     p = np.exp(s - m)
     l = p.sum(axis=-1, keepdims=True)
     return p / l, (m + np.log(l))[..., 0]
 
 
-def attention_forward(q, k, v, causal=True, scale=None):
+def attention_forward(q, k, v, causal=True, scale=None, doc_offsets=(), window=(-1, -1)):
     """fp64 (O, LSE) of float arrays q, k, v."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     hq = q.shape[2]
     scale = 1.0 / np.sqrt(q.shape[3]) if not scale else scale
-    p, lse = _probs(q, _expand(k, hq), causal, scale)
+    p, lse = _probs(q, _expand(k, hq), causal, scale, doc_offsets, window)
     o = np.einsum("bhij,bjhd->bihd", p, _expand(v, hq))
     return o, lse
 
 
-def attention_backward(q, k, v, do, causal=True, scale=None):
+def attention_backward(q, k, v, do, causal=True, scale=None, doc_offsets=(), window=(-1, -1)):
     """fp64 (dQ, dK, dV) of float arrays; dK/dV summed over each key/value head's query group."""
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
     b, s, hq, d = q.shape
     hkv = k.shape[2]
     scale = 1.0 / np.sqrt(d) if not scale else scale
     ke, ve = _expand(k, hq), _expand(v, hq)
-    p, _ = _probs(q, ke, causal, scale)
+    p, _ = _probs(q, ke, causal, scale, doc_offsets, window)
     dv = np.einsum("bhij,bihd->bjhd", p, do)
     dp = np.einsum("bihd,bjhd->bhij", do, ve)
     o = np.einsum("bhij,bjhd->bihd", p, ve)

@@ -96,6 +96,9 @@ class AttentionSpec:
     """What one attention call computes (attention.proto AttentionSpec).
 
     softmax_scale 0 means 1/sqrt(head_dim). kv_heads 0 means kv_heads = q_heads.
+    doc_offsets: packed documents, flash-attn's cu_seqlens per batch row: () none, one tuple
+    {0, ..., seq_len} for every row, or one per row; a token attends only inside its document.
+    window_left / window_right: sliding window, -1 unbounded (causal caps the right side at 0).
     """
     batch: int
     seq_len: int
@@ -105,6 +108,9 @@ class AttentionSpec:
     causal: bool = True
     dtype: str = "bf16"
     softmax_scale: float = 0.0
+    doc_offsets: tuple = ()
+    window_left: int = -1
+    window_right: int = -1
 
     def __post_init__(self):
         for name in ("batch", "seq_len", "q_heads", "head_dim", "kv_heads"):
@@ -118,6 +124,26 @@ class AttentionSpec:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
         object.__setattr__(self, "causal", bool(self.causal))
         object.__setattr__(self, "softmax_scale", float(self.softmax_scale))
+        for name in ("window_left", "window_right"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InvalidArgumentError("INVALID_ARGUMENT",
+                                           "spec.%s: must be an integer, got %r" % (name, v))
+            object.__setattr__(self, name, int(v))
+        rows = self.doc_offsets
+        if isinstance(rows, np.ndarray):
+            rows = rows.tolist()
+        if not isinstance(rows, (tuple, list)):
+            raise InvalidArgumentError("INVALID_ARGUMENT", "spec.doc_offsets: must be a sequence "
+                                       "of offset sequences, got %r" % (rows,))
+        if rows and all(isinstance(x, (int, np.integer)) for x in rows):
+            rows = (rows,)  # one row of offsets: every batch row
+        try:
+            rows = tuple(tuple(int(o) for o in row) for row in rows)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError("INVALID_ARGUMENT", "spec.doc_offsets: must hold integer "
+                                       "offsets, got %r" % (self.doc_offsets,)) from None
+        object.__setattr__(self, "doc_offsets", rows)
         self.validate()
 
     def validate(self):
@@ -144,7 +170,14 @@ class AttentionSpec:
     def host_dtype(self, kind):
         return np.dtype(np.float32) if kind == LSE else host_dtype(self.dtype)
 
+    @property
+    def dense(self):
+        """No documents and no window (the plain causal or full mask)."""
+        return (all(len(r) <= 2 for r in self.doc_offsets) and self.window_left < 0 and
+                (self.causal or self.window_right < 0))
+
     def forward_flops(self):
-        """4·B·H·S²·D, halved when causal; backward is 2.5x."""
+        """4·B·H·S²·D, halved when causal; backward is 2.5x. (Dense masks; a masked spec's
+        figure is the dense one's, not its visible pairs'.)"""
         f = 4.0 * self.batch * self.q_heads * float(self.seq_len) ** 2 * self.head_dim
         return f / 2 if self.causal else f

@@ -11,6 +11,14 @@ CreateSession/Release calls); the local model calls torch.nn.functional.scaled_d
 --dtype bf16 runs both under torch.autocast(bfloat16). --compile wraps both in
 torch.compile(fullgraph=True). Needs torch, numpy and the dfa package (pip install client/python).
 The daemons come from --bin-dir or $DFA_BIN_DIR (a build folder) when no --coordinator is given.
+
+On a GPU: --device cuda trains both models on the GPU; the local cluster then starts
+--workers GPU workers (--backend, default cudnn) whose device memory pool takes
+--worker-memory of the GPU (--device_memory_limit: the training process shares it), and the
+layers' CUDA tensors go to the workers by CUDA IPC, never through host memory
+(stats["ipc_bytes"]).
+
+    python3 client/python/examples/train_gpt.py --device cuda --workers 1 --dtype bf16
 """
 
 import argparse
@@ -88,13 +96,13 @@ def local_attention():
                                                           enable_gqa=q.shape[1] != k.shape[1])
 
 
-def batches(data, steps, batch, seq, seed):
+def batches(data, steps, batch, seq, seed, device="cpu"):
     g = np.random.default_rng(seed)
     for _ in range(steps):
         starts = g.integers(0, len(data) - seq - 1, size=batch)
         x = np.stack([data[i:i + seq] for i in starts]).astype(np.int64)
         y = np.stack([data[i + 1:i + seq + 1] for i in starts]).astype(np.int64)
-        yield torch.from_numpy(x), torch.from_numpy(y)
+        yield torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
 
 
 def train(model, data, args, label, log=print):
@@ -104,8 +112,9 @@ def train(model, data, args, label, log=print):
     if args.compile:
         step_fn = torch.compile(model, fullgraph=True, backend=args.compile_backend)
     losses, times = [], []
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16")
-    for step, (x, y) in enumerate(batches(data, args.steps, args.batch, args.seq, args.seed)):
+    autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    for step, (x, y) in enumerate(batches(data, args.steps, args.batch, args.seq, args.seed,
+                                          args.device)):
         t = time.perf_counter()
         for micro in range(args.accumulate):
             with autocast:
@@ -113,8 +122,8 @@ def train(model, data, args, label, log=print):
             loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        losses.append(loss.item() * args.accumulate)  # .item() waits for the GPU's work
         times.append(time.perf_counter() - t)
-        losses.append(loss.item() * args.accumulate)
         if args.verbose:
             log("  %-7s step %3d  loss %.6f  %.1f ms" % (label, step, losses[-1], 1e3 * times[-1]))
     return losses, times
@@ -123,7 +132,7 @@ def train(model, data, args, label, log=print):
 def build(make_attention, args):
     torch.manual_seed(args.seed)  # the same initial weights for both models
     return GPT(make_attention, d_model=args.d_model, layers=args.layers, heads=args.heads,
-               kv_heads=args.kv_heads, seq=args.seq)
+               kv_heads=args.kv_heads, seq=args.seq).to(args.device)
 
 
 def run(args, log=print):
@@ -136,17 +145,24 @@ def run(args, log=print):
     cluster = None
     if not args.coordinator:
         t = time.perf_counter()
+        backend = args.backend or ("cudnn" if args.device == "cuda" else "cpu")
+        worker_args = []
+        if backend != "cpu" and args.worker_memory:
+            worker_args.append("--device_memory_limit=%s" % args.worker_memory)
         cluster = dfa.LocalCluster(workers=args.workers, threads_per_worker=args.threads,
-                                   bin_dir=args.bin_dir)
+                                   backend=backend, bin_dir=args.bin_dir,
+                                   worker_args=worker_args)
         args.coordinator = cluster.coordinator_address
-        log("local cluster: 1 coordinator + %d cpu workers, ready in %.2f s"
-            % (args.workers, time.perf_counter() - t))
+        log("local cluster: 1 coordinator + %d %s workers%s, ready in %.2f s"
+            % (args.workers, backend, " (%s)" % " ".join(worker_args) if worker_args else "",
+               time.perf_counter() - t))
     try:
         client = dfa.Client(args.coordinator)
         service_layers = []
 
         def service_attention():
-            m = dfa.torch.Attention(client, is_causal=True, layout="bhsd", enable_gqa=True)
+            m = dfa.torch.Attention(client, is_causal=True, layout="bhsd", enable_gqa=True,
+                                    path=args.path)
             service_layers.append(m)
             return m
 
@@ -185,6 +201,15 @@ def parser():
     p.add_argument("--coordinator", default="")
     p.add_argument("--bin-dir", default=None)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where both models train")
+    p.add_argument("--backend", default="",
+                   help="the local cluster's workers: cpu, cuda, cudnn (default: cudnn with "
+                        "--device cuda, else cpu)")
+    p.add_argument("--worker-memory", default="0.4",
+                   help="GPU workers' --device_memory_limit (bytes like 40G or a fraction)")
+    p.add_argument("--path", choices=("auto", "ipc", "shm", "grpc"), default="auto",
+                   help="how the layers' tensors move (auto: CUDA IPC for CUDA tensors)")
     p.add_argument("--threads", type=int, default=1, help="threads per worker")
     p.add_argument("--torch-threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=30)

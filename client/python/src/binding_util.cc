@@ -1,12 +1,14 @@
 #include "binding_util.h"
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "client/host_tensor.h"
+#include "core/spec_validation.h"
 
 namespace dfa::python {
 
@@ -107,11 +109,21 @@ nb::dict SpecToDict(const v1::AttentionSpec& spec) {
   d["causal"] = spec.causal();
   d["dtype"] = spec.dtype() == v1::DTYPE_BF16 ? "bf16" : spec.dtype() == v1::DTYPE_F16 ? "f16" : "f32";
   d["softmax_scale"] = spec.softmax_scale();
+  nb::list docs;
+  for (const v1::DocOffsets& row : spec.doc_offsets()) {
+    const std::vector<int64_t> offsets(row.offsets().begin(), row.offsets().end());
+    docs.append(nb::cast(offsets));  // a list of ints per row
+  }
+  d["doc_offsets"] = docs;
+  d["window_left"] = spec.has_window_left() ? spec.window_left() : int64_t{-1};
+  d["window_right"] = spec.has_window_right() ? spec.window_right() : int64_t{-1};
   return d;
 }
 
 v1::AttentionSpec MakeSpec(int batch, int64_t seq_len, int q_heads, int kv_heads, int head_dim,
-                           bool causal, const std::string& dtype, double softmax_scale) {
+                           bool causal, const std::string& dtype, double softmax_scale,
+                           const std::vector<std::vector<int64_t>>& doc_offsets,
+                           int64_t window_left, int64_t window_right) {
   v1::AttentionSpec spec;
   spec.set_batch(batch);
   spec.set_seq_len(seq_len);
@@ -130,8 +142,28 @@ v1::AttentionSpec MakeSpec(int batch, int64_t seq_len, int q_heads, int kv_heads
     ThrowInvalid(absl::StrCat("spec.dtype: must be bf16, f16 or f32, got '", dtype, "'"));
   }
   spec.set_softmax_scale(static_cast<float>(softmax_scale));
+  MaskSpec mask;
+  mask.doc_offsets = doc_offsets;
+  mask.window_left = window_left;
+  mask.window_right = window_right;
+  SetSpecMask(mask, &spec);
   Check(client::ValidateSpec(spec));
   return spec;
+}
+
+v1::AttentionSpec SpecFromDict(const nb::dict& spec) {
+  std::vector<std::vector<int64_t>> docs;
+  if (spec.contains("doc_offsets")) {
+    docs = nb::cast<std::vector<std::vector<int64_t>>>(spec["doc_offsets"]);
+  }
+  const int64_t left = spec.contains("window_left") ? nb::cast<int64_t>(spec["window_left"]) : -1;
+  const int64_t right =
+      spec.contains("window_right") ? nb::cast<int64_t>(spec["window_right"]) : -1;
+  return MakeSpec(nb::cast<int>(spec["batch"]), nb::cast<int64_t>(spec["seq_len"]),
+                  nb::cast<int>(spec["q_heads"]), nb::cast<int>(spec["kv_heads"]),
+                  nb::cast<int>(spec["head_dim"]), nb::cast<bool>(spec["causal"]),
+                  nb::cast<std::string>(spec["dtype"]), nb::cast<double>(spec["softmax_scale"]),
+                  docs, left, right);
 }
 
 v1::JobKind ParseJobKind(const std::string& name) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "client/client.h"
 #include "core/status.h"
@@ -103,8 +104,15 @@ nb::dict SpecToDict(const v1::AttentionSpec& spec);
 
 // An AttentionSpec from its fields; the checks of ValidateSpec (core/spec_validation.h), whose
 // messages name the field ("spec.q_heads: must be a multiple of kv_heads (4), got 6").
+// doc_offsets: packed documents per batch row (cu_seqlens; empty: none, one row: every row);
+// window_left / window_right: the sliding window (-1: unbounded).
 v1::AttentionSpec MakeSpec(int batch, int64_t seq_len, int q_heads, int kv_heads, int head_dim,
-                           bool causal, const std::string& dtype, double softmax_scale);
+                           bool causal, const std::string& dtype, double softmax_scale,
+                           const std::vector<std::vector<int64_t>>& doc_offsets = {},
+                           int64_t window_left = -1, int64_t window_right = -1);
+// MakeSpec from a dict of the same keys (dfa.AttentionSpec.as_dict(); the mask keys may be
+// absent).
+v1::AttentionSpec SpecFromDict(const nb::dict& spec);
 
 // "forward" | "backward" -> JobKind; TensorKind from its proto value (1..9). INVALID_ARGUMENT
 // naming `what` otherwise.

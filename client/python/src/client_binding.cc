@@ -120,11 +120,13 @@ void BindClient(nb::module_& m) {
            nb::arg("timeout"))
       .def("create_session",
            [](Client& c, int batch, int64_t seq_len, int q_heads, int kv_heads, int head_dim,
-              bool causal, const std::string& dtype, double softmax_scale, int num_workers,
-              const std::string& schedule, int ttl_seconds) {
+              bool causal, const std::string& dtype, double softmax_scale,
+              const std::vector<std::vector<int64_t>>& doc_offsets, int64_t window_left,
+              int64_t window_right, int num_workers, const std::string& schedule,
+              int ttl_seconds) {
              SessionOptions o;
              o.spec = MakeSpec(batch, seq_len, q_heads, kv_heads, head_dim, causal, dtype,
-                               softmax_scale);
+                               softmax_scale, doc_offsets, window_left, window_right);
              if (num_workers < 0) {
                ThrowInvalid(absl::StrCat("num_workers: must be >= 0, got ", num_workers));
              }
@@ -138,6 +140,8 @@ void BindClient(nb::module_& m) {
            },
            nb::arg("batch"), nb::arg("seq_len"), nb::arg("q_heads"), nb::arg("kv_heads"),
            nb::arg("head_dim"), nb::arg("causal"), nb::arg("dtype"), nb::arg("softmax_scale"),
+           nb::arg("doc_offsets") = std::vector<std::vector<int64_t>>{},
+           nb::arg("window_left") = -1, nb::arg("window_right") = -1,
            nb::arg("num_workers") = 0, nb::arg("schedule") = "", nb::arg("ttl_seconds") = 0,
            nb::keep_alive<0, 1>())
       .def("submit_job", &SubmitRaw, nb::arg("session_id"), nb::arg("kind"));

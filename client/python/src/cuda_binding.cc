@@ -89,11 +89,7 @@ void BindCuda(nb::module_& m) {
         [](nb::dict spec, int kind, std::vector<int64_t> shape, std::vector<int64_t> strides,
            const std::string& dtype, nb::bytes handle, int64_t offset, int device, int64_t begin,
            int64_t end, bool upload, const std::string& host_id, int head_begin, int head_end) {
-          const v1::AttentionSpec sp = MakeSpec(
-              nb::cast<int>(spec["batch"]), nb::cast<int64_t>(spec["seq_len"]),
-              nb::cast<int>(spec["q_heads"]), nb::cast<int>(spec["kv_heads"]),
-              nb::cast<int>(spec["head_dim"]), nb::cast<bool>(spec["causal"]),
-              nb::cast<std::string>(spec["dtype"]), nb::cast<double>(spec["softmax_scale"]));
+          const v1::AttentionSpec sp = SpecFromDict(spec);
           return RequestToDict(MakeRequest(sp, kind, Tensor(0, dtype, shape, strides), handle,
                                            offset, device, begin, end, upload, host_id,
                                            head_begin, head_end));
@@ -121,6 +117,20 @@ void BindCuda(nb::module_& m) {
         nb::arg("strides"), nb::arg("dtype"), nb::arg("handle"), nb::arg("begin"),
         nb::arg("end"), nb::arg("upload"), nb::arg("host_id"));
   m.def("host_boot_id", [] { return Value(HostBootId()); });
+  // What the workers receive for the device memory at `data_ptr`: the 64-byte handle of the
+  // whole cudaMalloc allocation that holds it (not of a caching allocator's sub-range), the
+  // pointer's offset in it, the allocation's size and device.
+  m.def("export_cuda_ipc",
+        [](uintptr_t ptr) {
+          const CudaIpcBuffer b = Value(ExportCudaIpc(reinterpret_cast<const void*>(ptr)));
+          nb::dict d;
+          d["handle"] = nb::bytes(b.handle.data(), b.handle.size());
+          d["offset"] = b.offset;
+          d["allocation_bytes"] = b.allocation_bytes;
+          d["device"] = b.device;
+          return d;
+        },
+        nb::arg("data_ptr"));
 }
 #else
 void BindCuda(nb::module_& m) { m.attr("HAVE_CUDA") = false; }

@@ -39,11 +39,7 @@ class PyAttentionJob {
                  bool download_lse)
       : client_(&client) {
     AttentionJobOptions o;
-    o.session.spec = MakeSpec(nb::cast<int>(spec["batch"]), nb::cast<int64_t>(spec["seq_len"]),
-                              nb::cast<int>(spec["q_heads"]), nb::cast<int>(spec["kv_heads"]),
-                              nb::cast<int>(spec["head_dim"]), nb::cast<bool>(spec["causal"]),
-                              nb::cast<std::string>(spec["dtype"]),
-                              nb::cast<double>(spec["softmax_scale"]));
+    o.session.spec = SpecFromDict(spec);
     if (num_workers < 0) ThrowInvalid(absl::StrCat("num_workers: must be >= 0, got ", num_workers));
     if (max_retries < 0) ThrowInvalid(absl::StrCat("max_retries: must be >= 0, got ", max_retries));
     o.session.num_workers = num_workers;

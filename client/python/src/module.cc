@@ -2,6 +2,7 @@
 // Python (client/client.h, client/attention_job.h, client/local_cluster.h). The package `dfa`
 // (client/python/dfa) is its public face; see docs/python.md.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/vector.h>
 #include <nanobind/stl/string.h>
 
 #include <unistd.h>
@@ -13,6 +14,7 @@ void BindClient(nb::module_& m);
 void BindAttentionJob(nb::module_& m);
 void BindLocalCluster(nb::module_& m);
 void BindCuda(nb::module_& m);
+void BindDeviceAttentionJob(nb::module_& m);
 }  // namespace dfa::python
 
 NB_MODULE(_dfa, m) {
@@ -25,14 +27,19 @@ NB_MODULE(_dfa, m) {
   BindAttentionJob(m);
   BindLocalCluster(m);
   BindCuda(m);
+  BindDeviceAttentionJob(m);
   m.def("validate_spec",
         [](int batch, int64_t seq_len, int q_heads, int kv_heads, int head_dim, bool causal,
-           const std::string& dtype, double softmax_scale) {
+           const std::string& dtype, double softmax_scale,
+           const std::vector<std::vector<int64_t>>& doc_offsets, int64_t window_left,
+           int64_t window_right) {
           (void)MakeSpec(batch, seq_len, q_heads, kv_heads, head_dim, causal, dtype,
-                         softmax_scale);
+                         softmax_scale, doc_offsets, window_left, window_right);
         },
         nb::arg("batch"), nb::arg("seq_len"), nb::arg("q_heads"), nb::arg("kv_heads"),
         nb::arg("head_dim"), nb::arg("causal"), nb::arg("dtype"), nb::arg("softmax_scale"),
+        nb::arg("doc_offsets") = std::vector<std::vector<int64_t>>{},
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1,
         "Raises dfa.InvalidArgumentError with the service's message when the spec is invalid.");
   m.def("host_name", [] { return dfa::client::LocalHostName(); });
 }

@@ -1,6 +1,7 @@
 #include "fake_worker.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/session_capability.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -119,6 +120,28 @@ grpc::Status FakeWorker::CloseSession(grpc::ServerContext*, const v1::CloseSessi
                                       v1::CloseSessionResponse*) {
   closed_++;
   return grpc::Status::OK;
+}
+
+grpc::Status FakeWorker::JoinClientGroup(grpc::ServerContext* ctx,
+                                         const v1::WorkerJoinClientGroupRequest* req,
+                                         v1::WorkerJoinClientGroupResponse*) {
+  if (options_.join_client_group_code != grpc::StatusCode::OK) {
+    return grpc::Status(options_.join_client_group_code, "fake worker refuses the group");
+  }
+  absl::MutexLock lock(&mu_);
+  joins_.push_back(*req);
+  join_capability_ = PresentedCapability(*ctx);
+  return grpc::Status::OK;
+}
+
+std::vector<v1::WorkerJoinClientGroupRequest> FakeWorker::client_group_joins() {
+  absl::MutexLock lock(&mu_);
+  return joins_;
+}
+
+std::string FakeWorker::last_join_capability() {
+  absl::MutexLock lock(&mu_);
+  return join_capability_;
 }
 
 }  // namespace dfa::testing

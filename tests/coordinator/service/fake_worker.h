@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -28,6 +29,8 @@ struct FakeWorkerOptions {
   absl::Duration heartbeat = absl::Milliseconds(50);
   // OpenSessionResponse.transport_address (empty: "addr-<id>").
   std::string transport_address;
+  // JoinClientGroup answers this (OK: records the request).
+  grpc::StatusCode join_client_group_code = grpc::StatusCode::OK;
 };
 
 class FakeWorker final : public v1::Worker::Service {
@@ -58,6 +61,12 @@ class FakeWorker final : public v1::Worker::Service {
                          v1::CancelWorkerJobResponse*) override;
   grpc::Status CloseSession(grpc::ServerContext*, const v1::CloseSessionRequest* req,
                             v1::CloseSessionResponse*) override;
+  // Records the request and the session capability it carried.
+  grpc::Status JoinClientGroup(grpc::ServerContext* ctx,
+                               const v1::WorkerJoinClientGroupRequest* req,
+                               v1::WorkerJoinClientGroupResponse*) override;
+  std::vector<v1::WorkerJoinClientGroupRequest> client_group_joins();
+  std::string last_join_capability();
 
  private:
   void Register();
@@ -75,6 +84,8 @@ class FakeWorker final : public v1::Worker::Service {
   std::string cancelled_job_ ABSL_GUARDED_BY(mu_);
   bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
   v1::OpenSessionRequest last_open_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::WorkerJoinClientGroupRequest> joins_ ABSL_GUARDED_BY(mu_);
+  std::string join_capability_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dfa::testing

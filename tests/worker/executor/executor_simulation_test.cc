@@ -210,7 +210,11 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   const size_t nq = size_t(shape.batch) * S * shape.q_heads * shape.head_dim;
   const size_t nk = size_t(shape.batch) * S * shape.kv_heads * shape.head_dim;
   SimulationInputs in{Random(nq, rng), Random(nk, rng), Random(nk, rng), Random(nq, rng)};
-  absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in);
+  // Key chunks of 5 rows: plans whose workers own their keys alone (P = 1, head groups of one
+  // worker) run their backward chunk by chunk (worker/executor/pass_accumulators.h).
+  SimulationOptions opt;
+  opt.step_tokens = 5;
+  absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in, opt);
   ASSERT_TRUE(sim.ok()) << sim.status();
 
   reference::Problem pr;

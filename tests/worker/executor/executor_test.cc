@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <thread>
@@ -44,9 +45,25 @@ TEST(SessionStorageTest, BytesAndLocalRows) {
   auto st = SessionStorage::Create(backend.get(), shape, {{0, 5}, {20, 23}});
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ((*st)->rows(), 8);
-  // q, o, dout bf16 (2*8*4*8*2 each), k, v bf16, dq f32, dk, dv f32, lse, delta f32.
+  // q, dout bf16 (2*8*4*8*2 each), k, v bf16, lse, delta f32, and the work region: the wider
+  // of O bf16 + its fp32 accumulator and fp32 dQ, dK, dV (every block a multiple of 256 here).
   const int64_t qe = 2 * 8 * 4 * 8, ke = 2 * 8 * 2 * 8, st_el = 2 * 4 * 8;
-  EXPECT_EQ((*st)->bytes(), 3 * qe * 2 + 2 * ke * 2 + qe * 4 + 2 * ke * 4 + 2 * st_el * 4);
+  EXPECT_EQ((*st)->bytes(), 2 * qe * 2 + 2 * ke * 2 + 2 * st_el * 4 +
+                                std::max(qe * 2 + qe * 4, qe * 4 + 2 * ke * 4));
+  EXPECT_NE((*st)->o_acc().data, nullptr);
+  EXPECT_NE((*st)->dk_acc().data, nullptr);
+  // A single-writer forward and a chunked backward: the work region is fp32 dQ over O.
+  auto narrow = SessionStorage::Create(backend.get(), shape, {{0, 5}, {20, 23}},
+                                       StorageLayout{false, false});
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  EXPECT_EQ((*narrow)->bytes(), 2 * qe * 2 + 2 * ke * 2 + 2 * st_el * 4 + qe * 4);
+  EXPECT_EQ((*narrow)->o_acc().data, nullptr);
+  EXPECT_EQ((*narrow)->dk_acc().data, nullptr);
+  EXPECT_EQ((*narrow)->dq_acc().data, (*narrow)->o().data);
+  // The gradients end in the inputs' slots.
+  EXPECT_EQ((*narrow)->dq().data, (*narrow)->q().data);
+  EXPECT_EQ((*narrow)->dk().data, (*narrow)->k().data);
+  EXPECT_EQ((*narrow)->dv().data, (*narrow)->v().data);
   EXPECT_EQ(*(*st)->LocalRow({21, 23}), 6);
   EXPECT_EQ(*(*st)->LocalRow({0, 5}), 0);
   EXPECT_FALSE((*st)->LocalRow({4, 21}).ok());

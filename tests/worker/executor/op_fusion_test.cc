@@ -196,3 +196,51 @@ TEST(OpFusionTest, OverlappingOpsAreNeverMerged) {
 
 }  // namespace
 }  // namespace dfa
+
+namespace dfa {
+namespace {
+
+// kIntervals: calls keep the global positions (one global range per side) and the interval
+// mask; ops fuse when they hold every visible pair of the box under the documents.
+TEST(OpFusionIntervalsTest, FusesOnlyOverOneGlobalRangePerSide) {
+  MaskSpec mask;
+  mask.causal = true;
+  mask.doc_offsets = {{0, 4, 16}};  // documents [0, 4) and [4, 16)
+  const UnitPairs pairs(mask, 16);
+  const std::vector<RowRange> zigzag = {{0, 4}, {12, 16}};
+  Step s;
+  s.Add(zigzag, {0, 4}, zigzag, {0, 4});
+  s.Add(zigzag, {12, 16}, zigzag, {12, 16});
+  // Causal would fuse these (a zigzag shard's local step: kCausal at local positions, test
+  // above); under intervals the rows are two global ranges: two calls at global positions.
+  auto calls = FuseStepOps(s.ops, s.q, s.kv, MaskKind::kIntervals, &pairs);
+  ASSERT_EQ(calls.size(), 2u);
+  for (const FusedCall& c : calls) EXPECT_EQ(c.mask, MaskKind::kIntervals);
+  EXPECT_EQ(calls[1].q_row0, 12);
+  EXPECT_EQ(calls[1].kv_row0, 12);
+
+  // One global range: [0, 4) x [0, 4) and [4, 8) x [4, 8) leave out [4, 8) x [0, 4), which the
+  // documents hide: one call over [0, 8) x [0, 8).
+  const std::vector<RowRange> owned = {{0, 8}};
+  Step t;
+  t.Add(owned, {0, 4}, owned, {0, 4});
+  t.Add(owned, {4, 8}, owned, {4, 8});
+  calls = FuseStepOps(t.ops, t.q, t.kv, MaskKind::kIntervals, &pairs);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].mask, MaskKind::kIntervals);
+  EXPECT_EQ(calls[0].m, 8);
+  EXPECT_EQ(calls[0].n, 8);
+  EXPECT_EQ(calls[0].q_row0, 0);
+  // Without the documents the left-out block holds causal pairs: no fusion.
+  MaskSpec window;
+  window.causal = true;
+  window.window_left = 6;
+  const UnitPairs wpairs(window, 16);
+  calls = FuseStepOps(t.ops, t.q, t.kv, MaskKind::kIntervals, &wpairs);
+  EXPECT_EQ(calls.size(), 2u);
+  // No pair counter: never fused.
+  EXPECT_EQ(FuseStepOps(t.ops, t.q, t.kv, MaskKind::kIntervals).size(), 2u);
+}
+
+}  // namespace
+}  // namespace dfa

@@ -13,6 +13,12 @@ stats["reforwards"] — so it is never computed from another forward's state.
 
 Retries after a lost worker are the C++ AttentionJob's (a new session on the live workers,
 inputs re-sent, at most max_retries); each is logged on the "dfa" logger and counted.
+
+Paths: CUDA tensors go by CUDA IPC (dfa/torch/_device.py: a DeviceAttentionJob, the tensors
+never leave the GPU) when the extension has CUDA and path is "auto" or "ipc"; everything else is
+staged through host memory for the C++ AttentionJob (shared memory on the workers' host, gRPC
+elsewhere). stats["ipc_bytes"] counts what moved by CUDA IPC, stats["host_bytes"] what went
+through host memory.
 """
 
 import itertools
@@ -26,6 +32,7 @@ import torch
 from dfa import _dfa
 from dfa.errors import DfaError, InvalidArgumentError
 from dfa.spec import AttentionSpec
+from dfa.torch import _device
 
 log = logging.getLogger("dfa")
 
@@ -73,12 +80,14 @@ def from_host(a, like):
     return t
 
 
-def spec_of(q, k, is_causal, scale):
-    """The AttentionSpec of BSHD q [B, S, Hq, D] and k [B, S, Hkv, D]."""
+def spec_of(q, k, is_causal, scale, doc_offsets=(), window_left=-1, window_right=-1):
+    """The AttentionSpec of BSHD q [B, S, Hq, D] and k [B, S, Hkv, D] (and the mask's documents
+    and window)."""
     b, s, hq, d = q.shape
     return AttentionSpec(batch=b, seq_len=s, q_heads=hq, kv_heads=k.shape[2], head_dim=d,
                          causal=bool(is_causal), dtype=_TORCH_DTYPES[q.dtype],
-                         softmax_scale=float(scale))
+                         softmax_scale=float(scale), doc_offsets=doc_offsets,
+                         window_left=window_left, window_right=window_right)
 
 
 class ClientEntry:
@@ -94,11 +103,17 @@ class _LayerJob:
 
     def __init__(self, client, num_workers=0, schedule="", max_retries=1, path="auto",
                  recovery_timeout=15.0, one_shot=False):
+        if path not in ("auto", "ipc", "shm", "grpc"):
+            raise InvalidArgumentError("INVALID_ARGUMENT", "path: must be 'auto', 'ipc', 'shm' "
+                                       "or 'grpc', got %r" % (path,))
         self.client = client
+        self.path = path
+        self._host_only = False    # "auto" after the workers refused CUDA IPC
         self.options = dict(num_workers=num_workers, schedule=schedule, max_retries=max_retries,
                             path=path, recovery_timeout=float(recovery_timeout))
         self.one_shot = one_shot
         self._job = None
+        self._device = False       # self._job is a DeviceAttentionJob
         self._spec = None
         self._generation = 0
         self._live = None          # generation whose forward state the workers hold
@@ -106,18 +121,33 @@ class _LayerJob:
         self._lock = threading.Lock()
         self.last_jobs = {}        # "forward" / "backward" -> the last job (a dict)
         self.stats = {"sessions": 0, "forwards": 0, "backwards": 0, "reforwards": 0,
-                      "retries": 0, "lost_sessions": 0}
+                      "retries": 0, "lost_sessions": 0, "ipc_bytes": 0, "host_bytes": 0,
+                      "ipc_fallbacks": 0}
 
     @property
     def session_id(self):
         return self._session_id
 
-    def _ensure(self, spec):
-        if self._job is not None and self._spec == spec:
+    def _ensure(self, spec, device=False):
+        if self._job is not None and self._spec == spec and self._device == device:
             return
         self._drop()
-        self._job = _dfa.AttentionJob(self.client._c, spec.as_dict(), **self.options)
+        if device:
+            self._job = _device.new_job(self.client, spec, self.options)
+        else:
+            options = dict(self.options)
+            if options["path"] == "ipc":
+                options["path"] = "auto"
+            self._job = _dfa.AttentionJob(self.client._c, spec.as_dict(), **options)
+        self._device = device
         self._spec = spec
+
+    def uses_ipc(self, t):
+        """Whether tensors like `t` go by CUDA IPC (see the module docstring)."""
+        if self.path == "ipc":
+            _device.check("q", t, self.path)
+            return True
+        return not self._host_only and _device.wants(self.path, t)
 
     def _drop(self):
         if self._job is not None:
@@ -138,11 +168,20 @@ class _LayerJob:
             self.stats["sessions"] += 1
             self._session_id = sid
 
-    def _forward_locked(self, spec, q, k, v):
-        self._ensure(spec)
+    def _forward_locked(self, spec, q, k, v, o=None):
+        """Host path: O (numpy) of host arrays. Device path (o given or q a CUDA tensor): writes
+        O into `o` (None: a re-forward, O not written) and returns it."""
+        device = self._device_inputs(q)
+        self._ensure(spec, device)
         for attempt in range(2):
             try:
-                o, _, job = self._job.forward(q, k, v)
+                if device:
+                    job = self._job.forward(_device.ref(q), _device.ref(k), _device.ref(v),
+                                            None if o is None else _device.ref(o))
+                    self.stats["ipc_bytes"] += self._job.last_times["bytes"]
+                else:
+                    o, _, job = self._job.forward(q, k, v)
+                    self.stats["host_bytes"] += q.nbytes + k.nbytes + v.nbytes + o.nbytes
                 self.last_jobs["forward"] = job
                 break
             except DfaError as e:
@@ -155,32 +194,77 @@ class _LayerJob:
                 log.warning("dfa.torch: session %s lost (%s); creating a new one",
                             self._session_id, e.details)
                 self._drop()
-                self._ensure(spec)
+                self._ensure(spec, device)
         self._note()
         return o
 
+    @staticmethod
+    def _device_inputs(q):
+        return isinstance(q, torch.Tensor) and q.is_cuda
+
+    def _fallback(self, e):
+        """path="auto" and the workers refused CUDA IPC: the host paths from now on."""
+        if self.path != "auto" or not _device.refused(e):
+            return False
+        log.warning("dfa.torch: the workers cannot take CUDA IPC (%s); staging CUDA tensors "
+                    "through host memory from now on", e.details)
+        self.stats["ipc_fallbacks"] += 1
+        self._host_only = True
+        self._drop()
+        return True
+
     def forward(self, spec, q, k, v, need_grad):
-        """O (numpy) of host tensors q, k, v; the generation for the backward."""
+        """O of q, k, v (torch tensors, BSHD contiguous) on q's device; the generation for the
+        backward."""
         with self._lock:
-            o = self._forward_locked(spec, q, k, v)
+            if self.uses_ipc(q):
+                out = torch.empty_like(q)
+                try:
+                    self._forward_locked(spec, q, k, v, out)
+                except DfaError as e:
+                    if not self._fallback(e):
+                        raise
+                    out = None
+            else:
+                out = None
+            if out is None:
+                out = from_host(self._forward_locked(spec, to_host(q), to_host(k), to_host(v)),
+                                q)
+                if not need_grad:
+                    self._job.forget_inputs()  # nothing kept for a backward
             self.stats["forwards"] += 1
             self._generation += 1
             self._live = self._generation
-            if not need_grad:
-                self._job.forget_inputs()  # nothing kept for a backward
-            return o, self._generation
+            return out, self._generation
 
     def backward(self, spec, generation, grad_out, q, k, v):
-        """(dQ, dK, dV) numpy; re-runs the forward of `generation` from q, k, v when the workers
-        hold another one's state (or none)."""
+        """(dQ, dK, dV) torch tensors on q's device, of torch tensors grad_out, q, k, v (BSHD
+        contiguous); re-runs the forward of `generation` from q, k, v when the workers hold
+        another one's state (or none)."""
         with self._lock:
+            device = self._device_inputs(q) and self.uses_ipc(q)
+            like = (q, k, v)
+            if device:
+                self._ensure(spec, True)  # a layer that fell back meanwhile re-forwards below
+            else:
+                q, k, v, grad_out = to_host(q), to_host(k), to_host(v), to_host(grad_out)
+                self._ensure(spec, False)
             if self._live != generation or self._job is None or self._spec != spec:
                 self.stats["reforwards"] += 1
                 self._forward_locked(spec, q, k, v)
                 self._live = generation
             for attempt in range(2):
                 try:
-                    dq, dk, dv, job = self._job.backward(grad_out)
+                    if device:
+                        dq, dk, dv = (torch.empty_like(t) for t in like)
+                        job = self._job.backward(_device.ref(grad_out), _device.ref(dq),
+                                                 _device.ref(dk), _device.ref(dv))
+                        self.stats["ipc_bytes"] += self._job.last_times["bytes"]
+                    else:
+                        dq, dk, dv, job = self._job.backward(grad_out)
+                        self.stats["host_bytes"] += grad_out.nbytes + dq.nbytes + dk.nbytes + \
+                            dv.nbytes
+                        dq, dk, dv = (from_host(a, t) for a, t in zip((dq, dk, dv), like))
                     self.last_jobs["backward"] = job
                     break
                 except DfaError as e:
@@ -194,6 +278,9 @@ class _LayerJob:
                     self._forward_locked(spec, q, k, v)
                     self._live = generation
             self._note()
+            # The backward leaves the gradients in the workers' Q, K, V and O memory
+            # (docs/memory.md): a second backward of this generation re-runs its forward.
+            self._live = None
             self.stats["backwards"] += 1
             return dq, dk, dv
 

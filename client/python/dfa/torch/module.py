@@ -12,9 +12,15 @@ as is; several forwards of one module before their backwards (micro-batches forw
 together) are correct too, each backward first re-running its own forward (stats["reforwards"]).
 Under torch.inference_mode (or no_grad) nothing is kept for a backward.
 
+path: how the tensors move. "auto" (default): CUDA tensors by CUDA IPC to workers on this host
+(no host copy; falling back to host memory for good when the workers refuse it), CPU tensors by
+shared memory or gRPC; "ipc": CUDA IPC or an error; "shm", "grpc": through host memory
+(dfa/torch/_device.py).
+
 release() frees the session (also done when the module is garbage collected; the coordinator's
 TTL covers a killed process). stats: sessions created, forwards, backwards, re-forwards,
-retries after lost workers, lost sessions.
+retries after lost workers, lost sessions, bytes moved by CUDA IPC (ipc_bytes) and through host
+memory (host_bytes), IPC fallbacks.
 """
 
 import weakref
@@ -26,7 +32,8 @@ from dfa.torch import _ops, _sessions
 
 class Attention(torch.nn.Module):
     def __init__(self, client, *, is_causal=False, scale=None, enable_gqa=False, layout="bshd",
-                 num_workers=0, schedule="", max_retries=1, path="auto", recovery_timeout=15.0):
+                 window_size=(-1, -1), num_workers=0, schedule="", max_retries=1, path="auto",
+                 recovery_timeout=15.0):
         super().__init__()
         _sessions.check_client(client)
         if layout not in _ops._LAYOUTS:
@@ -35,15 +42,20 @@ class Attention(torch.nn.Module):
         self.scale = scale
         self.enable_gqa = bool(enable_gqa)
         self.layout = layout
+        _ops._check_mask(None, window_size, 1, 1)
+        self.window_size = tuple(window_size)
         self._job = _sessions._LayerJob(client, num_workers=num_workers, schedule=schedule,
                                         max_retries=max_retries, path=path,
                                         recovery_timeout=recovery_timeout)
         self._handle = _sessions.register(self._job)
         self._finalizer = weakref.finalize(self, _sessions.unregister, self._handle)
 
-    def forward(self, q, k, v):
+    def forward(self, q, k, v, cu_seqlens=None):
+        """cu_seqlens: this step's packed documents (dfa.torch.attention); a new document
+        layout makes a new session."""
         return _ops.attention(q, k, v, is_causal=self.is_causal, scale=self.scale,
                               enable_gqa=self.enable_gqa, layout=self.layout,
+                              cu_seqlens=cu_seqlens, window_size=self.window_size,
                               _handle=self._handle)
 
     @property

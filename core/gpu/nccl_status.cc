@@ -1,4 +1,4 @@
-#include "worker/transport/nccl_status.h"
+#include "core/gpu/nccl_status.h"
 
 namespace dfa {
 

@@ -1,4 +1,4 @@
-#include "worker/transport/nccl_transport.h"
+#include "core/gpu/nccl_transport.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "worker/transport/nccl_status.h"
+#include "core/gpu/nccl_status.h"
 
 namespace dfa {
 

@@ -44,7 +44,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "worker/transport/transport.h"
+#include "core/transport.h"
 
 // Opaque CUDA/NCCL handles, so that users of this header need no CUDA include path.
 struct CUstream_st;
