@@ -1,6 +1,7 @@
 #include "client/local_cluster.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -210,7 +211,19 @@ absl::Status LocalCluster::StartCoordinator(int port) {
                                    absl::StrCat("--metrics_port=", coordinator_.metrics_port)};
   AppendSecurityFlags(options_.security, &argv);
   if (!options_.security.auth_token.empty()) {
-    argv.push_back(absl::StrCat("--auth_token=", options_.security.auth_token));
+    // As a file readable by this user alone: a token on the command line is visible in ps.
+    const std::string token_file = absl::StrCat(log_dir_, "/auth-token");
+    const int fd = open(token_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrCat("open ", token_file, ": ", std::strerror(errno)));
+    }
+    const std::string& token = options_.security.auth_token;
+    const bool written = write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
+    close(fd);
+    if (!written) {
+      return absl::UnavailableError(absl::StrCat("write ", token_file, ": ", std::strerror(errno)));
+    }
+    argv.push_back(absl::StrCat("--auth_token_file=", token_file));
   }
   for (const auto& a : options_.coordinator_args) argv.push_back(a);
   ASSIGN_OR_RETURN(coordinator_proc_,
