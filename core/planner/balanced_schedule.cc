@@ -19,7 +19,10 @@
 // an H200-like worker at the given speeds. Profile "cpu" (32 heads of 128, bf16, 400 TFLOP/s,
 // 300 GB/s, 20 us): the cheapest with kSearchOpOverheadSeconds per op among those whose balance
 // (worse pass, no overhead) is within kBalanceTarget, else the best balanced. Profile "gpu":
-// the least true time under GpuCostParams (see Better below).
+// the least true time under GpuCostParams (see Better below). Masked requests (documents,
+// windows) add the contiguous plan's variants (ContiguousOptions, planner.h): shards of equal
+// visible pairs per speed, each receiving only the keys its queries see (docs/planner.md,
+// "Masked plans").
 #include <algorithm>
 #include <cmath>
 #include <functional>
