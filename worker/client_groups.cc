@@ -22,50 +22,9 @@ namespace {
 constexpr size_t kUniqueIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES (core/gpu/nccl_transport.h)
 constexpr int kMinInitTimeoutMs = 100;
 
-std::string KindName(v1::TensorKind k) { return v1::TensorKind_Name(k); }
+using session_tensors::KindName;
 
-bool IsUploadKind(v1::TensorKind k) {
-  return k == v1::TENSOR_Q || k == v1::TENSOR_K || k == v1::TENSOR_V || k == v1::TENSOR_DO;
-}
-
-#ifdef DFA_HAVE_NCCL
-// The storage behind a BSHD kind (gradients live in the memory of Q, K, V).
-TensorView StorageOf(const WorkerSession& s, v1::TensorKind kind) {
-  const SessionStorage& st = *s.storage;
-  switch (kind) {
-    case v1::TENSOR_Q:
-    case v1::TENSOR_DQ:
-      return st.q();
-    case v1::TENSOR_K:
-    case v1::TENSOR_DK:
-      return st.k();
-    case v1::TENSOR_V:
-    case v1::TENSOR_DV:
-      return st.v();
-    case v1::TENSOR_O:
-      return st.o();
-    case v1::TENSOR_DO:
-      return st.dout();
-    default:
-      return TensorView{};
-  }
-}
-
-RowCoverage* CoverageOf(WorkerSession* s, v1::TensorKind kind) {
-  switch (kind) {
-    case v1::TENSOR_Q:
-      return &s->q_rows;
-    case v1::TENSOR_K:
-      return &s->k_rows;
-    case v1::TENSOR_V:
-      return &s->v_rows;
-    case v1::TENSOR_DO:
-      return &s->dout_rows;
-    default:
-      return nullptr;
-  }
-}
-#endif  // DFA_HAVE_NCCL
+using session_tensors::IsUploadKind;
 
 int TimeoutMs(int ms) { return ms == 0 ? kDefaultClientGroupTimeoutMs : ms; }
 
@@ -373,7 +332,7 @@ absl::StatusOr<int64_t> ClientGroups::Transfer(WorkerSession* s,
       }
     }
   } else {
-    const TensorView v = StorageOf(*s, kind).Slice(local, n);
+    const TensorView v = session_tensors::ViewOf(*s, kind).Slice(local, n);
     if (v.dtype != static_cast<DType>(s->spec.dtype()) ||
         v.RowStride() != int64_t{v.heads} * v.head_dim) {
       return absl::UnimplementedError(absl::StrCat(
@@ -404,7 +363,7 @@ absl::StatusOr<int64_t> ClientGroups::Transfer(WorkerSession* s,
   posted->reset();
   if (!drained.ok()) return fail(drained);
   if (req.upload()) {
-    RowCoverage* c = CoverageOf(s, kind);
+    RowCoverage* c = session_tensors::CoverageOf(s, kind);
     for (int b = 0; b < s->spec.batch(); ++b) c->Mark(b * s->storage->rows() + local, n);
     if (kind != v1::TENSOR_DO) s->forward_done = false;
     s->backward_done = false;

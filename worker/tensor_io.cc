@@ -15,7 +15,10 @@ using CopyKind = AttentionBackend::CopyKind;
 
 constexpr int64_t kSyntheticBlockBytes = int64_t{64} << 20;
 
-std::string KindName(v1::TensorKind k) { return v1::TensorKind_Name(k); }
+using session_tensors::CoverageOf;
+using session_tensors::IsKnownKind;
+using session_tensors::KindName;
+using session_tensors::ViewOf;
 
 std::string OwnedStr(const WorkerSession& s) {
   std::string out;
@@ -27,37 +30,8 @@ std::string OwnedStr(const WorkerSession& s) {
 
 DType ClientDType(const WorkerSession& s) { return static_cast<DType>(s.spec.dtype()); }
 
-// The storage tensor behind a BSHD kind (nullptr data for LSE and unknown kinds).
-TensorView ViewOf(const WorkerSession& s, v1::TensorKind kind) {
-  const SessionStorage& st = *s.storage;
-  switch (kind) {
-    case v1::TENSOR_Q: return st.q();
-    case v1::TENSOR_K: return st.k();
-    case v1::TENSOR_V: return st.v();
-    case v1::TENSOR_O: return st.o();
-    case v1::TENSOR_DO: return st.dout();
-    case v1::TENSOR_DQ: return st.dq();
-    case v1::TENSOR_DK: return st.dk();
-    case v1::TENSOR_DV: return st.dv();
-    default: return TensorView{};
-  }
-}
+using session_tensors::IsUploadKind;
 
-RowCoverage* CoverageOf(WorkerSession* s, v1::TensorKind kind) {
-  switch (kind) {
-    case v1::TENSOR_Q: return &s->q_rows;
-    case v1::TENSOR_K: return &s->k_rows;
-    case v1::TENSOR_V: return &s->v_rows;
-    case v1::TENSOR_DO: return &s->dout_rows;
-    default: return nullptr;
-  }
-}
-
-bool IsUploadKind(v1::TensorKind k) {
-  return k == v1::TENSOR_Q || k == v1::TENSOR_K || k == v1::TENSOR_V || k == v1::TENSOR_DO;
-}
-
-bool IsKnownKind(v1::TensorKind k) { return k >= v1::TENSOR_Q && k <= v1::TENSOR_DV; }
 
 uint8_t* RowPtr(const TensorView& v, int b, int64_t local_row) {
   return static_cast<uint8_t*>(v.data) +
@@ -191,30 +165,6 @@ absl::Status WriteWireChunk(WorkerSession* s, const WireChunk& chunk) {
     dst += p.size;
   }
   MarkUploaded(s, chunk.kind, chunk.batch_index, local, r.size());
-  return absl::OkStatus();
-}
-
-absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind) {
-  if (!IsKnownKind(kind)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind = ", static_cast<int>(kind), " is not a tensor kind"));
-  }
-  const bool input = kind == v1::TENSOR_Q || kind == v1::TENSOR_K || kind == v1::TENSOR_V;
-  if (s.inputs_consumed && (kind == v1::TENSOR_O || input)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kind = ", KindName(kind), ": consumed by the backward job (its memory holds the "
-        "gradients: download O after the forward; upload q/k/v again for the next forward)"));
-  }
-  if ((kind == v1::TENSOR_O || kind == v1::TENSOR_LSE) && !s.forward_done &&
-      !(kind == v1::TENSOR_LSE && s.inputs_consumed && s.backward_done)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kind = ", KindName(kind), ": no forward job has run on the current inputs"));
-  }
-  if ((kind == v1::TENSOR_DQ || kind == v1::TENSOR_DK || kind == v1::TENSOR_DV) &&
-      !s.backward_done) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kind = ", KindName(kind), ": no backward job has run on the current inputs"));
-  }
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 
 #include "dfa/v1/attention.pb.h"
 #include "core/wire/chunk_wire.h"
+#include "worker/session_tensors.h"
 #include "worker/worker_session.h"
 
 namespace dfa {
@@ -46,8 +47,8 @@ absl::Status ReadRowsTo(WorkerSession* s, v1::TensorKind kind, int b, const RowR
 absl::Status ReadRows(WorkerSession* s, v1::TensorKind kind, int b, const RowRange& range,
                       std::string* out);
 
-// Checks that `kind` may be downloaded now (FAILED_PRECONDITION before its job ran).
-absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind);
+// Checks that `kind` may be downloaded now (worker/session_tensors.h).
+using session_tensors::CheckReadable;
 
 // Validates `rows` (field name `field`) against the shard and splits it into pieces, each
 // inside one owned range. Empty rows (begin == end == 0) select everything owned.

@@ -12,23 +12,24 @@
 #include "absl/time/clock.h"
 #include "core/gpu/cuda_ipc.h"
 #include "core/gpu/cuda_status.h"
+#include "worker/session_tensors.h"
 
 namespace dfa {
 namespace {
+
+using session_tensors::CheckReadable;
+using session_tensors::CoverageOf;
+using session_tensors::IsGradient;
+using session_tensors::KindName;
+using session_tensors::ViewOf;
 
 using CopyKind = AttentionBackend::CopyKind;
 
 constexpr int64_t kMaxStride = int64_t{1} << 48;  // elements; keeps byte extents from overflowing
 
-std::string KindName(v1::TensorKind k) { return v1::TensorKind_Name(k); }
 std::string DTypeName(v1::DType t) { return v1::DType_Name(t); }
 
-bool IsUploadKind(v1::TensorKind k) {
-  return k == v1::TENSOR_Q || k == v1::TENSOR_K || k == v1::TENSOR_V || k == v1::TENSOR_DO;
-}
-bool IsGradient(v1::TensorKind k) {
-  return k == v1::TENSOR_DQ || k == v1::TENSOR_DK || k == v1::TENSOR_DV;
-}
+using session_tensors::IsUploadKind;
 bool IsKv(v1::TensorKind k) {
   return k == v1::TENSOR_K || k == v1::TENSOR_V || k == v1::TENSOR_DK || k == v1::TENSOR_DV;
 }
@@ -54,65 +55,6 @@ absl::StatusOr<int64_t> LocalRowOf(const WorkerSession& s, const RowRange& r) {
                                             " is not inside one owned range of this worker's "
                                             "shard ",
                                             OwnedStr(s), "; send one request per range"));
-}
-
-// The storage tensor behind a BSHD kind.
-TensorView StorageView(const WorkerSession& s, v1::TensorKind kind) {
-  const SessionStorage& st = *s.storage;
-  switch (kind) {
-    case v1::TENSOR_Q:
-      return st.q();
-    case v1::TENSOR_K:
-      return st.k();
-    case v1::TENSOR_V:
-      return st.v();
-    case v1::TENSOR_O:
-      return st.o();
-    case v1::TENSOR_DO:
-      return st.dout();
-    case v1::TENSOR_DQ:
-      return st.dq();
-    case v1::TENSOR_DK:
-      return st.dk();
-    case v1::TENSOR_DV:
-      return st.dv();
-    default:
-      return TensorView{};
-  }
-}
-
-RowCoverage* CoverageOf(WorkerSession* s, v1::TensorKind kind) {
-  switch (kind) {
-    case v1::TENSOR_Q:
-      return &s->q_rows;
-    case v1::TENSOR_K:
-      return &s->k_rows;
-    case v1::TENSOR_V:
-      return &s->v_rows;
-    case v1::TENSOR_DO:
-      return &s->dout_rows;
-    default:
-      return nullptr;
-  }
-}
-
-absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind) {
-  const bool input = kind == v1::TENSOR_Q || kind == v1::TENSOR_K || kind == v1::TENSOR_V;
-  if (s.inputs_consumed && (kind == v1::TENSOR_O || input)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kind = ", KindName(kind), ": consumed by the backward job (its memory holds the "
-        "gradients: download O after the forward; upload q/k/v again for the next forward)"));
-  }
-  if (kind == v1::TENSOR_LSE && s.inputs_consumed && s.backward_done) return absl::OkStatus();
-  if ((kind == v1::TENSOR_O || kind == v1::TENSOR_LSE) && !s.forward_done) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("kind = ", KindName(kind), ": no forward job has run on the current inputs"));
-  }
-  if (IsGradient(kind) && !s.backward_done) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("kind = ", KindName(kind), ": no backward job has run on the current inputs"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CheckDType(const WorkerSession& s, v1::TensorKind kind, v1::DType got) {
@@ -326,7 +268,7 @@ absl::StatusOr<int64_t> EnqueueDeviceTransfer(WorkerSession* s,
         TensorView{remote,       DType::kF32, st.batch, st.heads, 1, static_cast<int>(rows.size()),
                    t.strides(1), t.strides(0)};
   } else {
-    mine = StorageView(*s, kind).Slice(local, rows.size());
+    mine = ViewOf(*s, kind).Slice(local, rows.size());
     theirs = TensorView{remote,
                         dtype,
                         static_cast<int>(t.shape(0)),
