@@ -125,4 +125,57 @@ TransferOptions MakeTransferOptions(const std::string& path, int64_t chunk_bytes
 
 absl::Duration Seconds(double s, const char* what);
 
+// What a Python job object needs for Ctrl-C and retries, once for every job binding: the id of
+// the job in flight (from AttentionJobOptions::observer), a cancel asked for before that id was
+// known, and the log of retried errors (AttentionJobOptions::on_retry). Install() points the
+// options' callbacks at this object, which must outlive the job.
+class JobInterrupts {
+ public:
+  explicit JobInterrupts(client::Client* client) : client_(client) {}
+  JobInterrupts(const JobInterrupts&) = delete;
+  JobInterrupts& operator=(const JobInterrupts&) = delete;
+
+  template <typename Options>
+  void Install(Options* o) {
+    o->observer = [this](const v1::Job& job) { Observe(job); };
+    o->on_retry = [this](const absl::Status& s) {
+      std::lock_guard<std::mutex> lock(mu_);
+      retry_log_.push_back(s.ToString());
+    };
+  }
+  // Before each blocking call: no cancel pending, no job known yet.
+  void Begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_ = false;
+    job_id_.clear();
+  }
+  // The on_interrupt of RunBlocking: cancels the job in flight, or the next one to start.
+  void Interrupt() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_ = true;
+    if (!job_id_.empty()) (void)client_->CancelJob(job_id_);
+  }
+  std::vector<std::string> TakeRetryLog() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out;
+    out.swap(retry_log_);
+    return out;
+  }
+
+ private:
+  void Observe(const v1::Job& job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job.job_id() != job_id_) {
+      job_id_ = job.job_id();
+      if (cancel_) (void)client_->CancelJob(job_id_);
+    }
+  }
+
+  client::Client* client_;
+  std::mutex mu_;
+  bool cancel_ = false;
+  std::string job_id_;
+  std::vector<std::string> retry_log_;
+};
+
 }  // namespace dfa::python

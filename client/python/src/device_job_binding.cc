@@ -81,11 +81,7 @@ class PyDeviceAttentionJob {
     o.session.schedule = schedule;
     o.max_retries = max_retries;
     o.recovery_timeout = Seconds(recovery_timeout, "recovery_timeout");
-    o.observer = [this](const v1::Job& job) { Observe(job); };
-    o.on_retry = [this](const absl::Status& s) {
-      std::lock_guard<std::mutex> lock(mu_);
-      retry_log_.push_back(s.ToString());
-    };
+    interrupts_.Install(&o);
     job_.emplace(client_, std::move(o));
   }
 
@@ -122,23 +118,14 @@ class PyDeviceAttentionJob {
   int retries_done() const { return job_->retries_done(); }
   int64_t ipc_bytes() const { return job_->ipc_bytes(); }
   nb::dict last_times() const { return TimesToDict(job_->last_times()); }
-  std::vector<std::string> TakeRetryLog() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::string> out;
-    out.swap(retry_log_);
-    return out;
-  }
+  std::vector<std::string> TakeRetryLog() { return interrupts_.TakeRetryLog(); }
 
  private:
   template <typename F>
   auto Call(F&& fn) -> typename decltype(fn())::value_type {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancel_ = false;
-      job_id_.clear();
-    }
+    interrupts_.Begin();
     try {
-      return Value(RunBlocking(fn, [this] { Interrupt(); }));
+      return Value(RunBlocking(fn, [this] { interrupts_.Interrupt(); }));
     } catch (nb::python_error&) {
       {
         nb::gil_scoped_release release;
@@ -148,26 +135,9 @@ class PyDeviceAttentionJob {
     }
   }
 
-  void Observe(const v1::Job& job) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (job.job_id() != job_id_) {
-      job_id_ = job.job_id();
-      if (cancel_) (void)client_->CancelJob(job_id_);
-    }
-  }
-
-  void Interrupt() {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancel_ = true;
-    if (!job_id_.empty()) (void)client_->CancelJob(job_id_);
-  }
-
   Client* client_;
   std::optional<DeviceAttentionJob> job_;
-  std::mutex mu_;
-  bool cancel_ = false;
-  std::string job_id_;
-  std::vector<std::string> retry_log_;
+  JobInterrupts interrupts_{client_};
 };
 
 }  // namespace

@@ -49,11 +49,7 @@ class PyAttentionJob {
     o.max_retries = max_retries;
     o.recovery_timeout = Seconds(recovery_timeout, "recovery_timeout");
     o.download_lse = download_lse;
-    o.observer = [this](const v1::Job& job) { Observe(job); };
-    o.on_retry = [this](const absl::Status& s) {
-      std::lock_guard<std::mutex> lock(mu_);
-      retry_log_.push_back(s.ToString());
-    };
+    interrupts_.Install(&o);
     spec_ = o.session.spec;
     job_.emplace(client_, std::move(o));
   }
@@ -126,25 +122,16 @@ class PyAttentionJob {
   int retries_done() const { return job_->retries_done(); }
   int64_t bytes_uploaded() const { return job_->bytes_uploaded(); }
   nb::dict spec() const { return SpecToDict(spec_); }
-  std::vector<std::string> TakeRetryLog() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::string> out;
-    out.swap(retry_log_);
-    return out;
-  }
+  std::vector<std::string> TakeRetryLog() { return interrupts_.TakeRetryLog(); }
 
  private:
   // Runs a blocking AttentionJob call; Ctrl-C cancels its job, and the session is released
   // before the KeyboardInterrupt propagates.
   template <typename F>
   auto Call(F&& fn) -> typename decltype(fn())::value_type {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancel_ = false;
-      job_id_.clear();
-    }
+    interrupts_.Begin();
     try {
-      return Value(RunBlocking(fn, [this] { Interrupt(); }));
+      return Value(RunBlocking(fn, [this] { interrupts_.Interrupt(); }));
     } catch (nb::python_error&) {
       {
         nb::gil_scoped_release release;
@@ -155,20 +142,6 @@ class PyAttentionJob {
     }
   }
 
-  void Observe(const v1::Job& job) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (job.job_id() != job_id_) {
-      job_id_ = job.job_id();
-      if (cancel_) (void)client_->CancelJob(job_id_);
-    }
-  }
-
-  void Interrupt() {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancel_ = true;
-    if (!job_id_.empty()) (void)client_->CancelJob(job_id_);
-  }
-
   Client* client_;
   v1::AttentionSpec spec_;
   std::optional<AttentionJob> job_;
@@ -176,10 +149,7 @@ class PyAttentionJob {
   InputArray q_, k_, v_, do_;
   bool inputs_held_ = false;
   client::HostTensor qv_, kv_, vv_, dov_;
-  std::mutex mu_;
-  bool cancel_ = false;
-  std::string job_id_;
-  std::vector<std::string> retry_log_;
+  JobInterrupts interrupts_{client_};
 };
 
 }  // namespace
