@@ -64,6 +64,7 @@ absl::Status Status(Args& args) {
                             .Int("sessions", s.sessions())
                             .Int("jobs_running", s.jobs_running())
                             .Int("jobs_queued", s.jobs_queued())
+                            .Int("client_leases", s.client_leases())
                             .Int("memory_used_bytes", s.memory_used_bytes())
                             .Int("memory_limit_bytes", s.memory_limit_bytes())
                             .str()
@@ -73,8 +74,8 @@ absl::Status Status(Args& args) {
   std::printf("coordinator %s\n", c->options().coordinator.c_str());
   std::printf(
       "  live workers   %d\n  sessions       %d\n  jobs running   %d\n  jobs queued    %d\n"
-      "  memory         %.1f / %.1f MiB\n",
-      s.live_workers(), s.sessions(), s.jobs_running(), s.jobs_queued(),
+      "  client leases  %d\n  memory         %.1f / %.1f MiB\n",
+      s.live_workers(), s.sessions(), s.jobs_running(), s.jobs_queued(), s.client_leases(),
       s.memory_used_bytes() / 1048576.0, s.memory_limit_bytes() / 1048576.0);
   return absl::OkStatus();
 }

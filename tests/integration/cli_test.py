@@ -34,7 +34,7 @@ import tempfile
 import time
 
 STATUS_KEYS = {"coordinator", "live_workers", "sessions", "jobs_running", "jobs_queued",
-               "memory_used_bytes", "memory_limit_bytes"}
+               "client_leases", "memory_used_bytes", "memory_limit_bytes"}
 WORKER_KEYS = {"worker_id", "address", "host", "backend", "device", "memory_limit_bytes",
                "memory_used_bytes", "speed", "last_seen_seconds", "alive", "incarnation"}
 PLAN_KEYS = {"profile", "schedule", "workers", "seq_len", "causal", "makespan_ratio",

@@ -80,6 +80,7 @@ nb::dict StatusToDict(const v1::ClusterStatus& s) {
   d["sessions"] = s.sessions();
   d["jobs_running"] = s.jobs_running();
   d["jobs_queued"] = s.jobs_queued();
+  d["client_leases"] = s.client_leases();
   d["memory_used_bytes"] = s.memory_used_bytes();
   d["memory_limit_bytes"] = s.memory_limit_bytes();
   return d;
