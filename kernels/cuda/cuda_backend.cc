@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -77,31 +76,10 @@ cuda::RawTensor Raw(const TensorView& t) {
 cuda::RawStat Raw(const RowStatView& s) { return {s.data, s.BatchStride(), s.HeadStride()}; }
 cuda::RowShape ShapeOf(const TensorView& t) { return {t.batch, t.rows, t.heads, t.head_dim}; }
 
-// Tile counters of the persistent kernels (kernels/cuda/persistent_tiles.cuh), one per launch in
-// flight: a launch takes the next one of the ring and leaves it at 0 when it ends, so a counter
-// is reused only after kTileCounters later launches (far more than are ever in flight at once).
-constexpr int kTileCounters = 1024;
-
 class CudaBackend final : public AttentionBackend {
  public:
-  CudaBackend(int device, const cuda::DeviceFacts& facts, const cuda::KernelChoice& choice,
-              int* tile_counters)
-      : device_(device), facts_(facts), choice_(choice), tile_counters_(tile_counters) {}
-  ~CudaBackend() override {
-    if (tile_counters_ == nullptr) return;
-    cudaSetDevice(device_);
-    cudaFree(tile_counters_);
-  }
-
-  // The persistent kernels' grid and tile counter for one launch (KernelChoice::iv_ctas; 0: one
-  // CTA per tile, the table).
-  template <typename Params>
-  void SetPersistent(Params* p) {
-    p->persistent_ctas = choice_.iv_ctas < 0 ? facts_.sms : choice_.iv_ctas;
-    p->tile_counter = p->persistent_ctas > 0 && tile_counters_ != nullptr
-                          ? tile_counters_ + next_counter_++ % kTileCounters
-                          : nullptr;
-  }
+  CudaBackend(int device, const cuda::DeviceFacts& facts, const cuda::KernelChoice& choice)
+      : device_(device), facts_(facts), choice_(choice) {}
 
   std::string_view Name() const override { return "cuda"; }
 
@@ -141,7 +119,6 @@ class CudaBackend final : public AttentionBackend {
     p.iv = IvParams(a.mask, a.intervals);
     p.out_f32 = a.out.dtype == DType::kF32;
     p.accumulate = a.accumulate;
-    SetPersistent(&p);
     const bool bf16 = a.q.dtype == DType::kBF16;
     const cuda::FwdKernel kernel = cuda::ChooseForward(choice_, facts_);
     const cudaStream_t st = AsStream(a.stream);
@@ -204,7 +181,6 @@ class CudaBackend final : public AttentionBackend {
     p.scale = a.scale;
     p.causal = a.mask == MaskKind::kCausal;
     p.iv = IvParams(a.mask, a.intervals);
-    SetPersistent(&p);
     const bool bf16 = a.q.dtype == DType::kBF16;
     const cuda::BwdPlan plan =
         cuda::ChooseBackward(choice_, facts_, p.causal, p.n, p.kv_heads, p.batch);
@@ -318,8 +294,6 @@ class CudaBackend final : public AttentionBackend {
   int device_;
   cuda::DeviceFacts facts_;
   cuda::KernelChoice choice_;
-  int* tile_counters_;  // [kTileCounters] device ints (iv_ctas != 0), else nullptr
-  std::atomic<uint32_t> next_counter_{0};
 };
 
 }  // namespace
@@ -360,24 +334,7 @@ absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateCudaBackend(const Backen
     return absl::InvalidArgumentError(absl::StrCat(
         "cuda backend: kernel choice bwd_tile_chunk must be in [-1, 999], got ", choice.bwd_tile_chunk));
   }
-  if (choice.iv_ctas < -1 || choice.iv_ctas > 1000000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda backend: kernel choice iv_ctas must be in [-1, 1000000], got ", choice.iv_ctas));
-  }
-  int* tile_counters = nullptr;  // only the persistent kernels (iv_ctas != 0) take them
-  if (choice.iv_ctas != 0) {
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device), "cudaSetDevice");
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&tile_counters, kTileCounters * sizeof(int)),
-                         "cudaMalloc (tile counters)");
-    cudaError_t set = cudaMemset(tile_counters, 0, kTileCounters * sizeof(int));
-    if (set == cudaSuccess) set = cudaStreamSynchronize(nullptr);  // before other streams use them
-    if (set != cudaSuccess) {
-      cudaFree(tile_counters);
-      CUDA_RETURN_IF_ERROR(set, "cudaMemset (tile counters)");
-    }
-  }
-  return std::unique_ptr<AttentionBackend>(
-      new CudaBackend(options.device, facts, choice, tile_counters));
+  return std::unique_ptr<AttentionBackend>(new CudaBackend(options.device, facts, choice));
 }
 
 }  // namespace dfa

@@ -42,10 +42,7 @@
 //   order).
 // - kIntervals (template flag kIv, mask_tiles.cuh): the items cover only the query blocks that
 //   see the CTA's keys (k_lo of its first key, k_hi of its last); the mask runs on the items
-//   where some key does not see every row; grid order. kPersist (kIntervals only; not the
-//   table's, docs/kernels-cuda.md): persistent CTAs that take their tiles from a device counter
-//   (persistent_tiles.cuh); producer warp 0 passes each tile id to the writers and consumers, and
-//   loads the next tile's K and V once the consumers release them (kv_empty).
+//   where some key does not see every row; grid order.
 // Registers: producer 24, consumers 240 (128 x 24 + 256 x 240 = 384 x 168, the CTA's pool:
 // setmaxnreg moves registers inside the CTA's own allocation, so the consumers' increase must be
 // covered by what the producer gives back, else setmaxnreg.inc blocks forever).
@@ -61,7 +58,6 @@
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/kernel_dispatch.h"
 #include "kernels/cuda/mask_tiles.cuh"
-#include "kernels/cuda/persistent_tiles.cuh"
 #include "kernels/cuda/sm90_common.cuh"
 #include "kernels/cuda/sm90_tensor_maps.cuh"
 #include "kernels/cuda/sm90_tma.cuh"
@@ -89,14 +85,12 @@ struct BwdPipeTraits {
   static constexpr int kDqWgFloats = kBlockM * kDqCols;
   // Layout (bytes from the 1024-aligned base): K, V, Q[kStages], dO[kStages], dS^T[kDsBuffers],
   // LSE[kStages][64], Delta[kStages][64] (1 KB), dQ staging [2], mbarriers (kv, full[kStages],
-  // empty[kStages], dq_full[2], dq_empty[2], ds_full[3], ds_empty[3]; kPersist: kv_empty, the
-  // tile ring).
+  // empty[kStages], dq_full[2], dq_empty[2], ds_full[3], ds_empty[3]).
   static constexpr int kStatOffset =
       (2 * kKVElems + 2 * kStages * kQElems + kDsBuffers * kDsElems) * 2;
   static constexpr int kDqOffset = kStatOffset + 2 * kStages * kBlockM * 4;
   static constexpr int kBarOffset = kDqOffset + 2 * kDqWgFloats * 4;
-  // + kPersist: kv_empty and the tile ring (2 ids in one word, full[2], empty[2]).
-  static constexpr int kSmemBytes = kBarOffset + 8 * (5 + 2 * kStages + 6 + 6) + 1024;
+  static constexpr int kSmemBytes = kBarOffset + 8 * (5 + 2 * kStages + 6) + 1024;  // + alignment
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "register pool");
   static_assert(kDqOffset % 1024 == 0, "swizzled staging panels need 1024-byte alignment");
@@ -115,14 +109,11 @@ __device__ inline int DqStageOffset(int row, int col) {
 
 // kIv: the kIntervals mask (mask_tiles.cuh): the query blocks come from the key tile's intervals
 // (k_lo / k_hi), the mask runs on the partial ones only; false compiles the dense kernel.
-// kPersist (kIv only): persistent, min(tiles, SMs) CTAs looping over tiles (persistent_tiles.cuh);
-// false: one CTA per tile.
-template <typename T, int kD, bool kIv, bool kPersist = false>
+template <typename T, int kD, bool kIv>
 __global__ void __launch_bounds__(384, 1)
     FlashBwdSm90PipeKernel(const __grid_constant__ BwdParams p,
                            const __grid_constant__ BwdPipeMaps maps, int tile_chunk) {
 #ifdef DFA_WGMMA
-  static_assert(kIv || !kPersist, "the persistent kernel runs the kIntervals mask");
   using Tr = ElemTraits<T>;
   using Cfg = BwdPipeTraits<kD>;
   // Head dim 64: K and V of this warpgroup's keys held in registers as the A operand of S^T /
@@ -150,64 +141,40 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* ds_full = dq_empty + 2;     // [3]: both warpgroups' dS^T of an item written
   uint64_t* ds_empty = ds_full + 3;     // [3]: both warpgroups' dQ of an item read it
 
-  // kPersist: K and V of the CTA's tile read for the last time (its final dQ done), 8 arrivals.
-  uint64_t* kv_empty = ds_empty + 3;
-
-  // The CTA's tiles (key block, kv head, batch row). Dense: one, from the grid (causal: maybe
-  // longest first, file comment). kPersist: persistent, tiles of the grid order (key blocks
-  // fastest) taken from the tile counter by producer warp 0 and passed on to the other roles
-  // (persistent_tiles.cuh); the Q / dO stages, dS^T and dQ buffers run on across tiles, so the
-  // next tile's first items load under this one's last items and epilogue.
-  // (p.tiles and p.tiles_per_head come with the parameters, so they need not hold registers.)
-  const int n_tiles = p.tiles_per_head;
-  const int tile_end = kPersist ? p.tiles : 1;
-  // kPersist: tile ids from producer warp 0 to the dQ writers and consumers (persistent_tiles.cuh).
-  const TileRing ring{reinterpret_cast<int*>(kv_empty + 1), kv_empty + 2, kv_empty + 4};
+  int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  if (p.causal && tile_chunk > 0) {  // longest-first order (file comment, bwd_tile_order.h)
+    const BwdTile tile =
+        LongestFirstTile(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
+                         gridDim.y * gridDim.z, tile_chunk);
+    nb = tile.key_block;
+    hk = tile.head_batch % gridDim.y;
+    b = tile.head_batch / gridDim.y;
+  }
   const int group = p.q_heads / p.kv_heads;
-  const int m_blocks = static_cast<int>((p.m + kBlockM - 1) / kBlockM);
-  struct Tile {
-    int nb, hk, b, n_valid, m_block_min, m_block_end, per_head, items;
-    int64_t n_begin;
-    IvQueryRange iv_range;
-  };
-  auto tile_of = [&](int w) {
-    Tile tl;
-    tl.nb = blockIdx.x, tl.hk = blockIdx.y, tl.b = blockIdx.z;
-    if constexpr (kPersist) {
-      tl.nb = w % n_tiles;
-      tl.hk = (w / n_tiles) % p.kv_heads;
-      tl.b = w / n_tiles / p.kv_heads;
-    } else if (p.causal && tile_chunk > 0) {  // longest-first order (file comment)
-      const BwdTile tile = LongestFirstTile(
-          blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
-          gridDim.y * gridDim.z, tile_chunk);
-      tl.nb = tile.key_block;
-      tl.hk = tile.head_batch % gridDim.y;
-      tl.b = tile.head_batch / gridDim.y;
-    }
-    tl.n_begin = int64_t{tl.nb} * kBlockN;
-    tl.n_valid = static_cast<int>(Min64(kBlockN, p.n - tl.n_begin));
-    tl.m_block_min = 0;
-    if (p.causal) {
-      const int64_t first = p.kv_row0 + tl.n_begin - p.q_row0;  // first query row seeing a key
-      if (first > 0) tl.m_block_min = static_cast<int>(Min64(first / kBlockM, m_blocks));
-    }
-    tl.m_block_end = m_blocks;
-    if constexpr (kIv) {
-      tl.iv_range = IvQueryBlocks(p.iv, tl.b, p.kv_row0 + tl.n_begin,
-                                  p.kv_row0 + tl.n_begin + tl.n_valid - 1, p.q_row0, p.m, kBlockM);
-      tl.m_block_min = tl.iv_range.first;
-      tl.m_block_end = tl.iv_range.end;
-    }
-    tl.per_head = tl.m_block_end - tl.m_block_min;
-    tl.items = tl.m_block_min < tl.m_block_end ? group * tl.per_head : 0;
-    return tl;
-  };
-  const Tile dense_tile = kPersist ? Tile{} : tile_of(0);  // dense: computed once, up front
   const int tid = threadIdx.x;
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  // Dense: nothing visible leaves dK, dV unchanged (whole CTA).
-  if (!kPersist && dense_tile.m_block_min >= dense_tile.m_block_end) return;
+  const int64_t n_begin = int64_t{nb} * kBlockN;
+  const int n_valid = static_cast<int>(Min64(kBlockN, p.n - n_begin));
+
+  const int m_blocks = static_cast<int>((p.m + kBlockM - 1) / kBlockM);
+  int m_block_min = 0;
+  if (p.causal) {
+    const int64_t first = p.kv_row0 + n_begin - p.q_row0;  // first query row that sees a key
+    if (first > 0) m_block_min = static_cast<int>(Min64(first / kBlockM, m_blocks));
+  }
+  int m_block_end = m_blocks;
+  IvQueryRange iv_range;
+  if constexpr (kIv) {
+    iv_range = IvQueryBlocks(p.iv, b, p.kv_row0 + n_begin, p.kv_row0 + n_begin + n_valid - 1,
+                             p.q_row0, p.m, kBlockM);
+    m_block_min = iv_range.first;
+    m_block_end = iv_range.end;
+  }
+  if (m_block_min >= m_block_end) return;  // nothing visible: dK, dV unchanged (whole CTA)
+  const int per_head = m_block_end - m_block_min;
+  const int items = group * per_head;
+  // First query row of item `it` (items: query heads of the group, then query blocks).
+  auto item_m_begin = [&](int it) { return int64_t{m_block_min + it % per_head} * kBlockM; };
 
   if (tid == 0) {
     MbarInit(kv_full, 1);
@@ -226,10 +193,6 @@ __global__ void __launch_bounds__(384, 1)
       MbarInit(ds_full + i, 8);  // one arrival per consumer warp (lane 0, after __syncwarp)
       MbarInit(ds_empty + i, 8);
     }
-    if constexpr (kPersist) {
-      MbarInit(kv_empty, 8);
-      TileRingInit(ring, 8 + 2);  // the consumer warps and the two dQ writers
-    }
     FenceMbarInit();
   }
   __syncthreads();
@@ -237,109 +200,64 @@ __global__ void __launch_bounds__(384, 1)
   if (wg == 0) {  // producer
     SetMaxNRegDec<Cfg::kProducerRegs>();
     if (warp == 0) {
-      int gi = 0;  // items of the CTA's earlier tiles (stage (gi + it) % kStages)
-      int tc = 0;  // earlier non-empty tiles
-      auto produce_tile = [&](const Tile& tl) {
-        const int items = tl.items, per_head = tl.per_head, hk = tl.hk, b = tl.b;
-        if (kPersist && items == 0) return;
-        // K and V: before the first item; kPersist: after the first items' loads (they fill the
-        // stages that the previous tile's last items free) and once the previous tile's final
-        // dQ has read K.
-        const int kv_at = kPersist ? (items < kStages ? items : kStages) - 1 : -1;
-        auto load_kv = [&]() {
-          if (lane == 0) {
-            if (kPersist && tc > 0) MbarWait(kv_empty, (tc - 1) & 1);
-            MbarArriveExpectTx(kv_full, 2 * Cfg::kKVElems * 2);
+      if (lane == 0) {
+        MbarArriveExpectTx(kv_full, 2 * Cfg::kKVElems * 2);
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) {
-              TmaLoad4d(s_k + pn * kBlockN * 64, &maps.k, kv_full, pn * 64, hk,
-                        static_cast<int>(tl.n_begin), b);
-              TmaLoad4d(s_v + pn * kBlockN * 64, &maps.v, kv_full, pn * 64, hk,
-                        static_cast<int>(tl.n_begin), b);
-            }
-          }
-        };
-        if (!kPersist) load_kv();
-        for (int it = 0; it < items; ++it) {
-          const int gt = gi + it;
-          const int s = gt % kStages;
-          MbarWait(empty + s, ((gt / kStages) & 1) ^ 1);
-          const int h = hk * group + it / per_head;
-          const int64_t m_begin = int64_t{tl.m_block_min + it % per_head} * kBlockM;
-          if (lane == 0) {
-            MbarArriveExpectTx(full + s, 2 * Cfg::kQElems * 2);
-#pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) {
-              TmaLoad4d(s_q_base + s * Cfg::kQElems + pn * kBlockM * 64, &maps.q, full + s,
-                        pn * 64, h, static_cast<int>(m_begin), b);
-              TmaLoad4d(s_do_base + s * Cfg::kQElems + pn * kBlockM * 64, &maps.dout, full + s,
-                        pn * 64, h, static_cast<int>(m_begin), b);
-            }
-          }
-          const float* lse_g = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + m_begin;
-          const float* delta_g =
-              p.delta + b * p.delta_batch_stride + h * p.delta_head_stride + m_begin;
-#pragma unroll
-          for (int r = lane; r < kBlockM; r += 32) {
-            float l = INFINITY, d = 0.f;
-            if (m_begin + r < p.m) {
-              const float lse = lse_g[r];
-              if (lse != -INFINITY) l = lse * kLog2e;
-              d = delta_g[r];
-            }
-            s_lse[s * kBlockM + r] = l;
-            s_delta[s * kBlockM + r] = d;
-          }
-          MbarArrive(full + s);  // release: this lane's LSE / Delta stores
-          if (kPersist && it == kv_at) load_kv();
+        for (int pn = 0; pn < kPanels; ++pn) {
+          TmaLoad4d(s_k + pn * kBlockN * 64, &maps.k, kv_full, pn * 64, hk,
+                    static_cast<int>(n_begin), b);
+          TmaLoad4d(s_v + pn * kBlockN * 64, &maps.v, kv_full, pn * 64, hk,
+                    static_cast<int>(n_begin), b);
         }
-        gi += items;
-        ++tc;
-      };
-      if constexpr (kPersist) {
-        int w = static_cast<int>(blockIdx.x);
-        for (int j = 0;; ++j) {
-          if (lane == 0) TilePublish(ring, j, w < tile_end ? w : -1);
-          if (w >= tile_end) break;
-          const int fetched = lane == 0 ? TileFetch(p.tile_counter) : 0;
-          produce_tile(tile_of(w));
-          if (lane == 0) w = TileAfter(p.tile_counter, fetched, w, tile_end);
-          w = __shfl_sync(0xffffffffu, w, 0);
+      }
+      for (int it = 0; it < items; ++it) {
+        const int s = it % kStages;
+        MbarWait(empty + s, ((it / kStages) & 1) ^ 1);
+        const int h = hk * group + it / per_head;
+        const int64_t m_begin = item_m_begin(it);
+        if (lane == 0) {
+          MbarArriveExpectTx(full + s, 2 * Cfg::kQElems * 2);
+#pragma unroll
+          for (int pn = 0; pn < kPanels; ++pn) {
+            TmaLoad4d(s_q_base + s * Cfg::kQElems + pn * kBlockM * 64, &maps.q, full + s, pn * 64,
+                      h, static_cast<int>(m_begin), b);
+            TmaLoad4d(s_do_base + s * Cfg::kQElems + pn * kBlockM * 64, &maps.dout, full + s,
+                      pn * 64, h, static_cast<int>(m_begin), b);
+          }
         }
-      } else {
-        produce_tile(dense_tile);
+        const float* lse_g = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + m_begin;
+        const float* delta_g =
+            p.delta + b * p.delta_batch_stride + h * p.delta_head_stride + m_begin;
+#pragma unroll
+        for (int r = lane; r < kBlockM; r += 32) {
+          float l = INFINITY, d = 0.f;
+          if (m_begin + r < p.m) {
+            const float lse = lse_g[r];
+            if (lse != -INFINITY) l = lse * kLog2e;
+            d = delta_g[r];
+          }
+          s_lse[s * kBlockM + r] = l;
+          s_delta[s * kBlockM + r] = d;
+        }
+        MbarArrive(full + s);  // release: this lane's LSE / Delta stores
       }
     } else if (warp <= 2) {  // dQ writer of consumer warpgroup w: staged tile -> dq (TMA add)
       const int w = warp - 1;
       const char* src = s_dq + w * Cfg::kDqWgFloats * 4;
       const int col0 = w * Cfg::kDqCols;
-      int gi = 0;
-      auto write_tile = [&](const Tile& tl) {
-        const int items = tl.items, per_head = tl.per_head;
-        for (int it = 0; it < items; ++it) {
-          MbarWait(dq_full + w, (gi + it) & 1);
-          if (lane == 0) {
-            const int h = tl.hk * group + it / per_head;
-            const int m_row = static_cast<int>(int64_t{tl.m_block_min + it % per_head} * kBlockM);
+      for (int it = 0; it < items; ++it) {
+        MbarWait(dq_full + w, it & 1);
+        if (lane == 0) {
+          const int h = hk * group + it / per_head;
+          const int m_row = static_cast<int>(item_m_begin(it));
 #pragma unroll
-            for (int pn = 0; pn < Cfg::kDqPanels; ++pn)
-              TmaReduceAdd4d(&maps.dq, src + pn * 64 * 128, col0 + pn * 32, h, m_row, tl.b);
-            BulkCommit();
-            BulkWaitRead();
-          }
-          __syncwarp();
-          if (lane == 0) MbarArrive(dq_empty + w);
+          for (int pn = 0; pn < Cfg::kDqPanels; ++pn)
+            TmaReduceAdd4d(&maps.dq, src + pn * 64 * 128, col0 + pn * 32, h, m_row, b);
+          BulkCommit();
+          BulkWaitRead();
         }
-        gi += items;
-      };
-      if constexpr (kPersist) {
-        for (int j = 0;; ++j) {
-          const int wt = TileTake(ring, j, lane);
-          if (wt < 0) break;
-          write_tile(tile_of(wt));
-        }
-      } else {
-        write_tile(dense_tile);
+        __syncwarp();
+        if (lane == 0) MbarArrive(dq_empty + w);
       }
       if (lane == 0) BulkWait();
     }
@@ -384,6 +302,18 @@ __global__ void __launch_bounds__(384, 1)
   const int ds_lane = (cw * 64 + warp * 16 + 8 * ((lane >> 3) & 1) + (lane & 7)) * 128 +
                       ((((lane >> 4) & 1) ^ (lane & 7)) << 4);
 
+  float acc_dk[kNA], acc_dv[kNA];
+#pragma unroll
+  for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+  IvRow iv_key[2];  // kIv: this thread's two key rows' visible queries (unit-local)
+  if constexpr (kIv) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int nl = key_base + hf * 8;
+      iv_key[hf] = IvKeyRow(p.iv, b, p.kv_row0 + n_begin + nl, p.q_row0, p.m, nl < n_valid);
+    }
+  }
+
   // wgmma descriptors: a base per operand tile, k-steps added with DescPlus (one add per wgmma
   // instead of MakeSmemDesc's masks and shifts, ~11 instructions per wgmma).
   const uint64_t desc_k = MakeSmemDesc(s_k + cw * 64 * 64, 16, 1024);  // K-major, own 64 keys
@@ -393,277 +323,227 @@ __global__ void __launch_bounds__(384, 1)
   // 64's second 32-column half starts 64 bytes into the swizzled rows).
   auto k_col_off = [](int col) { return (col >> 6) * kBlockN * 64 + (col & 63); };
 
-  int gi = 0;  // items of the CTA's earlier tiles (stage, dS^T buffer and dQ staging counters)
-  int tc = 0;  // earlier non-empty tiles (K / V phase)
-  auto consume_tile = [&](const Tile& tl, int w) {
-    const int items = tl.items, per_head = tl.per_head, m_block_min = tl.m_block_min;
-    const int hk = tl.hk, b = tl.b, n_valid = tl.n_valid;
-    const int64_t n_begin = tl.n_begin;
-    const IvQueryRange iv_range = tl.iv_range;
-    if (kPersist && items == 0) return;
-    float acc_dk[kNA], acc_dv[kNA];
+  if (cw == 1) NamedBarrierSync(kBwdPipeStartBarrier, 256);
+  MbarWait(kv_full, 0);
+  // kRegKV: A fragments of K and V (this warp's 16 keys, k-step kk) by ldmatrix; the ldmatrix
+  // lane layout is stmatrix's (ds_lane above), in K's / V's own 128-byte swizzled rows.
+  uint32_t a_k[kRegKV ? kD / 16 : 1][4], a_v[kRegKV ? kD / 16 : 1][4];
+  if constexpr (kRegKV) {
 #pragma unroll
-    for (int i = 0; i < kNA; ++i) acc_dk[i] = acc_dv[i] = 0.f;
-    IvRow iv_key[2];  // kIv: this thread's two key rows' visible queries (unit-local)
-    if constexpr (kIv) {
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int nl = key_base + hf * 8;
-        iv_key[hf] = IvKeyRow(p.iv, b, p.kv_row0 + n_begin + nl, p.q_row0, p.m, nl < n_valid);
-      }
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      LdMatrixX4(a_k[kk], reinterpret_cast<const char*>(s_k) + (ds_lane ^ (kk << 5)));
+      LdMatrixX4(a_v[kk], reinterpret_cast<const char*>(s_v) + (ds_lane ^ (kk << 5)));
     }
-
-    if (cw == 1) NamedBarrierSync(kBwdPipeStartBarrier, 256);
-    MbarWait(kv_full, tc & 1);
-    // kRegKV: A fragments of K and V (this warp's 16 keys, k-step kk) by ldmatrix; the ldmatrix
-    // lane layout is stmatrix's (ds_lane above), in K's / V's own 128-byte swizzled rows.
-    uint32_t a_k[kRegKV ? kD / 16 : 1][4], a_v[kRegKV ? kD / 16 : 1][4];
-    if constexpr (kRegKV) {
+  }
+  int dq_pending = 0;  // 1: this warpgroup's staged dQ not yet handed to its writer
+  int qb = 0;  // query block of `item` inside its head (item % per_head, without a division)
+  for (int item = 0; item < items; ++item, qb = qb + 1 == per_head ? 0 : qb + 1) {
+    const int s = item % kStages;
+    const int64_t m_begin = int64_t{m_block_min + qb} * kBlockM;
+    const T* s_q = s_q_base + s * Cfg::kQElems;
+    const T* s_do = s_do_base + s * Cfg::kQElems;
+    T* s_ds = s_ds_base + (item % 3) * Cfg::kDsElems;
+    const float* s_lse_cur = s_lse + s * kBlockM;
+    const float* s_delta_cur = s_delta + s * kBlockM;
+    const uint64_t desc_q = MakeSmemDesc(s_q, 16, 1024);
+    const uint64_t desc_do = MakeSmemDesc(s_do, 16, 1024);
+    const uint64_t desc_q_mn = MakeSmemDesc(s_q, kBlockM * 64 * 2, 1024);
+    const uint64_t desc_do_mn = MakeSmemDesc(s_do, kBlockM * 64 * 2, 1024);
+    MbarWait(full + s, (item / kStages) & 1);
+    // This thread's LSE rows (query columns (i >> 2) * 8 + 2t + (i & 1)) into registers before
+    // the GEMMs are issued: loaded after the S^T wait, their latency sat on the softmax's
+    // critical path (ncu), and the compiler does not move loads across the wgmma asm.
+    float2 lse_r[kNS / 4];
+#pragma unroll
+    for (int j = 0; j < kNS / 4; ++j)
+      lse_r[j] = *reinterpret_cast<const float2*>(s_lse_cur + j * 8 + 2 * t);
+    // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, as two commit groups: acc =
+    // A B^T with A = this warpgroup's K (V) rows, from registers (a_reg) or shared memory (desc_a),
+    // B = the item's Q (dO) rows.
+    float st[kNS], dpt[kNS];
+    auto issue_sdp = [&](float* acc, const uint32_t (*a_reg)[4], uint64_t desc_a, uint64_t desc_b) {
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        LdMatrixX4(a_k[kk], reinterpret_cast<const char*>(s_k) + (ds_lane ^ (kk << 5)));
-        LdMatrixX4(a_v[kk], reinterpret_cast<const char*>(s_v) + (ds_lane ^ (kk << 5)));
-      }
-    }
-    int dq_pending = 0;  // 1: this warpgroup's staged dQ not yet handed to its writer
-    int qb = 0;  // query block of `item` inside its head (item % per_head, without a division)
-    for (int item = 0; item < items; ++item, qb = qb + 1 == per_head ? 0 : qb + 1) {
-      const int gt = gi + item;  // the item's counter over the CTA's tiles
-      const int s = gt % kStages;
-      const int64_t m_begin = int64_t{m_block_min + qb} * kBlockM;
-      const T* s_q = s_q_base + s * Cfg::kQElems;
-      const T* s_do = s_do_base + s * Cfg::kQElems;
-      T* s_ds = s_ds_base + (gt % 3) * Cfg::kDsElems;
-      const float* s_lse_cur = s_lse + s * kBlockM;
-      const float* s_delta_cur = s_delta + s * kBlockM;
-      const uint64_t desc_q = MakeSmemDesc(s_q, 16, 1024);
-      const uint64_t desc_do = MakeSmemDesc(s_do, 16, 1024);
-      const uint64_t desc_q_mn = MakeSmemDesc(s_q, kBlockM * 64 * 2, 1024);
-      const uint64_t desc_do_mn = MakeSmemDesc(s_do, kBlockM * 64 * 2, 1024);
-      MbarWait(full + s, (gt / kStages) & 1);
-      // This thread's LSE rows (query columns (i >> 2) * 8 + 2t + (i & 1)) into registers before
-      // the GEMMs are issued: loaded after the S^T wait, their latency sat on the softmax's
-      // critical path (ncu), and the compiler does not move loads across the wgmma asm.
-      float2 lse_r[kNS / 4];
-#pragma unroll
-      for (int j = 0; j < kNS / 4; ++j)
-        lse_r[j] = *reinterpret_cast<const float2*>(s_lse_cur + j * 8 + 2 * t);
-      // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, as two commit groups: acc =
-      // A B^T with A = this warpgroup's K (V) rows, from registers (a_reg) or shared memory
-      // (desc_a), B = the item's Q (dO) rows.
-      float st[kNS], dpt[kNS];
-      auto issue_sdp = [&](float* acc, const uint32_t (*a_reg)[4], uint64_t desc_a,
-                           uint64_t desc_b) {
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          const int off = (kk & 3) * 16;
-          const uint64_t db = DescPlus(desc_b, (kk >> 2) * kBlockM * 64 + off);
-          if constexpr (kRegKV) {
-            WgmmaRS<T, kBlockM, 0>::Run(acc, a_reg[kk], db, kk > 0 ? 1 : 0);
-          } else {
-            const uint64_t da = DescPlus(desc_a, (kk >> 2) * kBlockN * 64 + off);
-            WgmmaSS<T, kBlockM, 0, 0>::Run(acc, da, db, kk > 0 ? 1 : 0);
-          }
+        const int off = (kk & 3) * 16;
+        const uint64_t db = DescPlus(desc_b, (kk >> 2) * kBlockM * 64 + off);
+        if constexpr (kRegKV) {
+          WgmmaRS<T, kBlockM, 0>::Run(acc, a_reg[kk], db, kk > 0 ? 1 : 0);
+        } else {
+          const uint64_t da = DescPlus(desc_a, (kk >> 2) * kBlockN * 64 + off);
+          WgmmaSS<T, kBlockM, 0, 0>::Run(acc, da, db, kk > 0 ? 1 : 0);
         }
-        WgmmaCommit();
-      };
-      WgmmaFence();
-      issue_sdp(st, a_k, desc_k, desc_q);
-      issue_sdp(dpt, a_v, desc_v, desc_do);
-      // The previous item's dQ staging (stage_dq below) is handed to the writer here rather than
-      // right after its stores: the proxy fence then finds them drained instead of waiting for them
-      // (ncu: ~3% of the consumers' time in that fence and arrive).
-      FenceProxyAsync();
-      MbarArriveIf(dq_full + cw, dq_pending);
-      dq_pending = 0;
-      WgmmaWait<1>();
-      FenceRegs<kNS>(st);
-
-      // P^T (masked entries: 0). Accumulator i: key row key_base + 8 * ((i >> 1) & 1),
-      // query column (i >> 2) * 8 + 2t + (i & 1).
-#pragma unroll
-      for (int i = 0; i < kNS; ++i)
-        st[i] = FastExp2(st[i] * scale_log2 - ((i & 1) ? lse_r[i >> 2].y : lse_r[i >> 2].x));
-      // The mask in one uniform branch per item (items off the diagonal skip it): a test per
-      // element made ptxas emit 32 branches per item, ~12% of the consumers' time (ncu).
-      const bool need_mask =
-          kIv ? n_valid < kBlockN || !IvQueryBlockFull(iv_range, m_begin, kBlockM, p.m)
-              : n_valid < kBlockN ||
-                    (p.causal && p.kv_row0 + n_begin + kBlockN - 1 > p.q_row0 + m_begin);
-      if (kIv && need_mask) {  // each key row's visible queries [lo, hi)
-        int lo[2], hi[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          lo[hf] = iv_key[hf].lo - static_cast<int>(m_begin) - 2 * t;
-          hi[hf] = iv_key[hf].hi - static_cast<int>(m_begin) - 2 * t;
-        }
-#pragma unroll
-        for (int i = 0; i < kNS; ++i) {
-          const int c = (i >> 2) * 8 + (i & 1);
-          st[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? st[i] : 0.f;
-        }
-      } else if (need_mask) {
-#pragma unroll
-        for (int i = 0; i < kNS; ++i) {
-          const int ml = (i >> 2) * 8 + 2 * t + (i & 1);
-          const int nl = key_base + ((i >> 1) & 1) * 8;
-          // Non-short-circuit: selects, not a branch per element.
-          st[i] = (nl >= n_valid) |
-                          (p.causal & (p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml))
-                      ? 0.f
-                      : st[i];
-        }
-      }
-      uint32_t ap[kBlockM / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ap[kk][0] = Tr::Pack(st[8 * kk + 0], st[8 * kk + 1]);
-        ap[kk][1] = Tr::Pack(st[8 * kk + 2], st[8 * kk + 3]);
-        ap[kk][2] = Tr::Pack(st[8 * kk + 4], st[8 * kk + 5]);
-        ap[kk][3] = Tr::Pack(st[8 * kk + 6], st[8 * kk + 7]);
-      }
-      // Warpgroup 1 may start (predicated: no branch between wgmmas).
-      NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0);
-      float2 delta_r[kNS / 4];  // Delta rows, as lse_r (before the dV wgmma asm, as there)
-#pragma unroll
-      for (int j = 0; j < kNS / 4; ++j)
-        delta_r[j] = *reinterpret_cast<const float2*>(s_delta_cur + j * 8 + 2 * t);
-      // dV += P^T dO (dO read MN-major), on the tensor cores while dS^T is computed.
-      FenceRegs<kNA>(acc_dv);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        const uint64_t db = DescPlus(desc_do_mn, kk * 16 * 64);
-        WgmmaRS<T, kD, 1>::Run(acc_dv, ap[kk], db, 1);
       }
       WgmmaCommit();
-      WgmmaWait<1>();  // dP^T done (the dV group may still run)
-      FenceRegs<kNS>(dpt);
-
-      uint32_t ads[kBlockM / 16][4];
-      // This buffer was last read by both warpgroups' dQ of item - 3.
-      if (gt >= 3) MbarWait(ds_empty + gt % 3, ((gt - 3) / 3) & 1);
-#pragma unroll
-      for (int i = 0; i < kNS; ++i)
-        dpt[i] = st[i] * (dpt[i] - ((i & 1) ? delta_r[i >> 2].y : delta_r[i >> 2].x));
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ads[kk][0] = Tr::Pack(dpt[8 * kk + 0], dpt[8 * kk + 1]);
-        ads[kk][1] = Tr::Pack(dpt[8 * kk + 2], dpt[8 * kk + 3]);
-        ads[kk][2] = Tr::Pack(dpt[8 * kk + 4], dpt[8 * kk + 5]);
-        ads[kk][3] = Tr::Pack(dpt[8 * kk + 6], dpt[8 * kk + 7]);
-        // dS^T to shared memory (rows = keys, columns = queries; Sw128 layout) for the dQ phase.
-        StMatrixX4(SmemAddr(s_ds) + (ds_lane ^ (kk << 5)), ads[kk][0], ads[kk][1], ads[kk][2],
-                   ads[kk][3]);
-      }
-      // This item's dS^T rows are fenced and released (ds_full) after this item's dQ / dK wgmmas
-      // are issued (below): nothing reads them before the next item, and the fence then finds the
-      // stores drained (ncu: ~3% of the consumers' time waiting in it here).
-
-      // dQ = dS K (A = dS^T read MN-major, B = K read MN-major; all keys, this warpgroup's kD / 2
-      // columns), then dK += dS^T Q (Q read MN-major; the scale is applied at the end), as two
-      // commit groups.
-      float acc_dq[Cfg::kDqN / 2];
-      auto issue_dq = [&](int col, const T* ds) {  // dQ columns [col, col + kDqN)
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          const uint64_t da = DescPlus(MakeSmemDesc(ds, kBlockN * 64 * 2, 1024), kk * 16 * 64);
-          const uint64_t db = DescPlus(desc_k_mn, k_col_off(col) + kk * 16 * 64);
-          WgmmaSS<T, Cfg::kDqN, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
-        }
-        WgmmaCommit();
-      };
-      // The dQ of the previous item (at the first item a dummy one on the unused buffer 2, never
-      // staged), once both warpgroups' dS^T of that item are in shared memory.
-      const int dq_item = gt - 1;
-      if (item > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
-      WgmmaFence();
-      issue_dq(cw * Cfg::kDqN, s_ds_base + ((gt + 2) % 3) * Cfg::kDsElems);
-      FenceRegs<kNA>(acc_dk);
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        const uint64_t db = DescPlus(desc_q_mn, kk * 16 * 64);
-        WgmmaRS<T, kD, 1>::Run(acc_dk, ads[kk], db, 1);
-      }
-      WgmmaCommit();
-      // One arrival per warp: __syncwarp orders the lanes' stores (and proxy fences) before lane
-      // 0's release; predicated, not a branch (wgmmas are in flight).
-      FenceProxyAsync();
-      __syncwarp();
-      MbarArriveIf(ds_full + gt % 3, ElectOne());
-      WgmmaWait<1>();  // dV and dQ done; dK may still run
-      FenceRegs<Cfg::kDqN / 2>(acc_dq);
-      FenceRegs<kNA>(acc_dv);
-      FenceRegs<kBlockM / 4>(&ap[0][0]);  // P^T stays untouched until the dV wgmmas finished
-      // dS^T of dq_item read by this warp's dQ wgmmas (one arrival per warp).
-      __syncwarp();
-      MbarArriveIf(ds_empty + (gt + 2) % 3, item > 0 && ElectOne());
-
-      // Stage dQ * scale once the writer has read this warpgroup's previous tile.
-      if (item > 0) {
-        MbarWait(dq_empty + cw, (dq_item & 1) ^ 1);
-        stage_dq(acc_dq);
-        dq_pending = 1;  // fenced and handed over after the next item's GEMMs are issued
-      }
-
-      WgmmaWait<0>();
-      FenceRegs<kNA>(acc_dk);
-      FenceRegs<kBlockM / 4>(&ads[0][0]);
-      __syncwarp();
-      if (ElectOne()) MbarArrive(empty + s);  // every read of this stage (Q, dO, LSE, Delta) done
-    }
-    FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
+    };
+    WgmmaFence();
+    issue_sdp(st, a_k, desc_k, desc_q);
+    issue_sdp(dpt, a_v, desc_v, desc_do);
+    // The previous item's dQ staging (stage_dq below) is handed to the writer here rather than
+    // right after its stores: the proxy fence then finds them drained instead of waiting for them
+    // (ncu: ~3% of the consumers' time in that fence and arrive).
+    FenceProxyAsync();
     MbarArriveIf(dq_full + cw, dq_pending);
-    {  // the last item's dQ
-      const int dq_item = gi + items - 1;
-      MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
-      float acc_dq[Cfg::kDqN / 2];
-      WgmmaFence();
+    dq_pending = 0;
+    WgmmaWait<1>();
+    FenceRegs<kNS>(st);
+
+    // P^T (masked entries: 0). Accumulator i: key row key_base + 8 * ((i >> 1) & 1),
+    // query column (i >> 2) * 8 + 2t + (i & 1).
+#pragma unroll
+    for (int i = 0; i < kNS; ++i)
+      st[i] = FastExp2(st[i] * scale_log2 - ((i & 1) ? lse_r[i >> 2].y : lse_r[i >> 2].x));
+    // The mask in one uniform branch per item (items off the diagonal skip it): a test per
+    // element made ptxas emit 32 branches per item, ~12% of the consumers' time (ncu).
+    const bool need_mask =
+        kIv ? n_valid < kBlockN || !IvQueryBlockFull(iv_range, m_begin, kBlockM, p.m)
+            : n_valid < kBlockN ||
+                  (p.causal && p.kv_row0 + n_begin + kBlockN - 1 > p.q_row0 + m_begin);
+    if (kIv && need_mask) {  // each key row's visible queries [lo, hi)
+      int lo[2], hi[2];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        lo[hf] = iv_key[hf].lo - static_cast<int>(m_begin) - 2 * t;
+        hi[hf] = iv_key[hf].hi - static_cast<int>(m_begin) - 2 * t;
+      }
+#pragma unroll
+      for (int i = 0; i < kNS; ++i) {
+        const int c = (i >> 2) * 8 + (i & 1);
+        st[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? st[i] : 0.f;
+      }
+    } else if (need_mask) {
+#pragma unroll
+      for (int i = 0; i < kNS; ++i) {
+        const int ml = (i >> 2) * 8 + 2 * t + (i & 1);
+        const int nl = key_base + ((i >> 1) & 1) * 8;
+        // Non-short-circuit: selects, not a branch per element.
+        st[i] = (nl >= n_valid) | (p.causal & (p.kv_row0 + n_begin + nl > p.q_row0 + m_begin + ml))
+                    ? 0.f
+                    : st[i];
+      }
+    }
+    uint32_t ap[kBlockM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ap[kk][0] = Tr::Pack(st[8 * kk + 0], st[8 * kk + 1]);
+      ap[kk][1] = Tr::Pack(st[8 * kk + 2], st[8 * kk + 3]);
+      ap[kk][2] = Tr::Pack(st[8 * kk + 4], st[8 * kk + 5]);
+      ap[kk][3] = Tr::Pack(st[8 * kk + 6], st[8 * kk + 7]);
+    }
+    // Warpgroup 1 may start (predicated: no branch between wgmmas).
+    NamedBarrierArriveIf(kBwdPipeStartBarrier, 256, cw == 0 && item == 0);
+    float2 delta_r[kNS / 4];  // Delta rows, as lse_r (before the dV wgmma asm, as there)
+#pragma unroll
+    for (int j = 0; j < kNS / 4; ++j)
+      delta_r[j] = *reinterpret_cast<const float2*>(s_delta_cur + j * 8 + 2 * t);
+    // dV += P^T dO (dO read MN-major), on the tensor cores while dS^T is computed.
+    FenceRegs<kNA>(acc_dv);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      const uint64_t db = DescPlus(desc_do_mn, kk * 16 * 64);
+      WgmmaRS<T, kD, 1>::Run(acc_dv, ap[kk], db, 1);
+    }
+    WgmmaCommit();
+    WgmmaWait<1>();  // dP^T done (the dV group may still run)
+    FenceRegs<kNS>(dpt);
+
+    uint32_t ads[kBlockM / 16][4];
+    // This buffer was last read by both warpgroups' dQ of item - 3.
+    if (item >= 3) MbarWait(ds_empty + item % 3, ((item - 3) / 3) & 1);
+#pragma unroll
+    for (int i = 0; i < kNS; ++i)
+      dpt[i] = st[i] * (dpt[i] - ((i & 1) ? delta_r[i >> 2].y : delta_r[i >> 2].x));
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ads[kk][0] = Tr::Pack(dpt[8 * kk + 0], dpt[8 * kk + 1]);
+      ads[kk][1] = Tr::Pack(dpt[8 * kk + 2], dpt[8 * kk + 3]);
+      ads[kk][2] = Tr::Pack(dpt[8 * kk + 4], dpt[8 * kk + 5]);
+      ads[kk][3] = Tr::Pack(dpt[8 * kk + 6], dpt[8 * kk + 7]);
+      // dS^T to shared memory (rows = keys, columns = queries; Sw128 layout) for the dQ phase.
+      StMatrixX4(SmemAddr(s_ds) + (ds_lane ^ (kk << 5)), ads[kk][0], ads[kk][1], ads[kk][2],
+                 ads[kk][3]);
+    }
+    // This item's dS^T rows are fenced and released (ds_full) after this item's dQ / dK wgmmas
+    // are issued (below): nothing reads them before the next item, and the fence then finds the
+    // stores drained (ncu: ~3% of the consumers' time waiting in it here).
+
+    // dQ = dS K (A = dS^T read MN-major, B = K read MN-major; all keys, this warpgroup's kD / 2
+    // columns), then dK += dS^T Q (Q read MN-major; the scale is applied at the end), as two
+    // commit groups.
+    float acc_dq[Cfg::kDqN / 2];
+    auto issue_dq = [&](int col, const T* ds) {  // dQ columns [col, col + kDqN)
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t da = MakeSmemDesc(s_ds_base + (dq_item % 3) * Cfg::kDsElems + kk * 16 * 64,
-                                         kBlockN * 64 * 2, 1024);
-        const uint64_t db = DescPlus(desc_k_mn, k_col_off(cw * Cfg::kDqN) + kk * 16 * 64);
+        const uint64_t da = DescPlus(MakeSmemDesc(ds, kBlockN * 64 * 2, 1024), kk * 16 * 64);
+        const uint64_t db = DescPlus(desc_k_mn, k_col_off(col) + kk * 16 * 64);
         WgmmaSS<T, Cfg::kDqN, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
-      WgmmaWait<0>();
-      FenceRegs<Cfg::kDqN / 2>(acc_dq);
-      if constexpr (kPersist) {  // this tile's last reads of dS^T (dq_item), K and V done
-        __syncwarp();
-        MbarArriveIf(ds_empty + dq_item % 3, ElectOne());
-        MbarArriveIf(kv_empty, ElectOne());
-      }
+    };
+    // The dQ of the previous item (at the first item a dummy one on the unused buffer 2, never
+    // staged), once both warpgroups' dS^T of that item are in shared memory.
+    const int dq_item = item - 1;
+    if (item > 0) MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
+    WgmmaFence();
+    issue_dq(cw * Cfg::kDqN, s_ds_base + ((item + 2) % 3) * Cfg::kDsElems);
+    FenceRegs<kNA>(acc_dk);
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      const uint64_t db = DescPlus(desc_q_mn, kk * 16 * 64);
+      WgmmaRS<T, kD, 1>::Run(acc_dk, ads[kk], db, 1);
+    }
+    WgmmaCommit();
+    // One arrival per warp: __syncwarp orders the lanes' stores (and proxy fences) before lane
+    // 0's release; predicated, not a branch (wgmmas are in flight).
+    FenceProxyAsync();
+    __syncwarp();
+    MbarArriveIf(ds_full + item % 3, ElectOne());
+    WgmmaWait<1>();  // dV and dQ done; dK may still run
+    FenceRegs<Cfg::kDqN / 2>(acc_dq);
+    FenceRegs<kNA>(acc_dv);
+    FenceRegs<kBlockM / 4>(&ap[0][0]);  // P^T stays untouched until the dV wgmmas finished
+    // dS^T of dq_item read by this warp's dQ wgmmas (one arrival per warp).
+    __syncwarp();
+    MbarArriveIf(ds_empty + (item + 2) % 3, item > 0 && ElectOne());
+
+    // Stage dQ * scale once the writer has read this warpgroup's previous tile.
+    if (dq_item >= 0) {
       MbarWait(dq_empty + cw, (dq_item & 1) ^ 1);
       stage_dq(acc_dq);
-      FenceProxyAsync();
-      MbarArrive(dq_full + cw);
+      dq_pending = 1;  // fenced and handed over after the next item's GEMMs are issued
     }
 
-    // dK, dV += (this CTA owns these rows exclusively), by float2 reductions.
-    if constexpr (kPersist) {  // the tile's coordinates again from w (fewer registers held)
-      const int nb_e = w % n_tiles, hb_e = w / n_tiles;
-      const int64_t n_begin_e = int64_t{nb_e} * kBlockN;
-      AddDkDvRows<kD, BwdEpilogue::kReduce>(p, acc_dk, acc_dv, hb_e % p.kv_heads,
-                                            hb_e / p.kv_heads, n_begin_e,
-                                            static_cast<int>(Min64(kBlockN, p.n - n_begin_e)),
-                                            key_base, t);
-    } else {
-      AddDkDvRows<kD, BwdEpilogue::kReduce>(p, acc_dk, acc_dv, hk, b, n_begin, n_valid, key_base,
-                                            t);
-    }
-    gi += items;
-    ++tc;
-  };
-  if constexpr (kPersist) {
-    for (int j = 0;; ++j) {
-      const int w = TileTake(ring, j, lane);
-      if (w < 0) break;
-      consume_tile(tile_of(w), w);
-    }
-  } else {
-    consume_tile(dense_tile, 0);
+    WgmmaWait<0>();
+    FenceRegs<kNA>(acc_dk);
+    FenceRegs<kBlockM / 4>(&ads[0][0]);
+    __syncwarp();
+    if (ElectOne()) MbarArrive(empty + s);  // every read of this stage (Q, dO, LSE, Delta) done
   }
+  FenceProxyAsync();  // the TMA reduce reads the staging through the async proxy
+  MbarArriveIf(dq_full + cw, dq_pending);
+  {  // the last item's dQ
+    const int dq_item = items - 1;
+    MbarWait(ds_full + dq_item % 3, (dq_item / 3) & 1);
+    float acc_dq[Cfg::kDqN / 2];
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t da = MakeSmemDesc(s_ds_base + (dq_item % 3) * Cfg::kDsElems + kk * 16 * 64,
+                                       kBlockN * 64 * 2, 1024);
+      const uint64_t db = DescPlus(desc_k_mn, k_col_off(cw * Cfg::kDqN) + kk * 16 * 64);
+      WgmmaSS<T, Cfg::kDqN, 1, 1>::Run(acc_dq, da, db, kk > 0 ? 1 : 0);
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    FenceRegs<Cfg::kDqN / 2>(acc_dq);
+    MbarWait(dq_empty + cw, (dq_item & 1) ^ 1);
+    stage_dq(acc_dq);
+    FenceProxyAsync();
+    MbarArrive(dq_full + cw);
+  }
+
+  // dK, dV += (this CTA owns these rows exclusively), by float2 reductions.
+  AddDkDvRows<kD, BwdEpilogue::kReduce>(p, acc_dk, acc_dv, hk, b, n_begin, n_valid, key_base, t);
 #else
   __trap();  // only the sm_90a build carries this kernel; the launcher never picks it elsewhere
 #endif
@@ -671,16 +551,13 @@ __global__ void __launch_bounds__(384, 1)
 
 // Queues the pipe backward with the causal tile order `tile_chunk` (0 grid order, N > 0 longest
 // first in chunks of N kv heads). Returns cudaErrorNotSupported, with nothing queued, when TMA
-// cannot describe the tensors (the caller then runs the cp.async kernel). kPersist (kIv only):
-// persistent, min(tiles, p.persistent_ctas) CTAs (p.persistent_ctas > 0).
-template <typename T, int kD, bool kIv = false, bool kPersist = false>
+// cannot describe the tensors (the caller then runs the cp.async kernel).
+template <typename T, int kD, bool kIv = false>
 cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int tile_chunk, cudaStream_t stream) {
   using Cfg = BwdPipeTraits<kD>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   BwdPipeMaps maps;
-  const int64_t tiles = (p.n + kBlockN - 1) / kBlockN * p.kv_heads * p.batch;
-  if ((kPersist && tiles > INT32_MAX) || p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 ||
-      p.q_heads % p.kv_heads != 0 || p.m > INT32_MAX ||
+  if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.m > INT32_MAX ||
       p.n > INT32_MAX || p.q_heads > INT32_MAX / kD ||
       !EncodeRowTensorMap<T>(&maps.q, p.q, kD, p.q_heads, p.m, p.batch, p.q_row_stride,
                              p.q_batch_stride, kBlockM) ||
@@ -694,19 +571,12 @@ cudaError_t LaunchBwdSm90Pipe(const BwdParams& p, int tile_chunk, cudaStream_t s
                          p.dq_batch_stride)) {
     return cudaErrorNotSupported;
   }
-  BwdParams kp = p;
-  kp.tiles = static_cast<int>(kPersist ? tiles : 0);
-  kp.tiles_per_head = static_cast<int>((p.n + kBlockN - 1) / kBlockN);
-  auto kernel = FlashBwdSm90PipeKernel<T, kD, kIv, kPersist>;
+  auto kernel = FlashBwdSm90PipeKernel<T, kD, kIv>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid =
-      kPersist ? dim3(static_cast<unsigned>(p.persistent_ctas > 0 && p.persistent_ctas < tiles
-                                           ? p.persistent_ctas
-                                           : tiles))
-          : dim3(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp, maps, tile_chunk);
+  const dim3 grid(static_cast<unsigned>((p.n + kBlockN - 1) / kBlockN), p.kv_heads, p.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, maps, tile_chunk);
   return cudaGetLastError();
 }
 

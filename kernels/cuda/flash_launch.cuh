@@ -4,9 +4,7 @@
 // nothing queued, where TMA cannot describe a tensor; the cp.async kernels then run.
 // The kIntervals mask (p.iv.on) runs on instantiations of its own (a template flag: the dense
 // ones compile to the dense kernels): the TMA forward, the pipe backward and the mma.sync pair;
-// the sm90 cp.async kernels have none, their place is taken by the mma.sync kernels. The TMA
-// forward and the pipe backward also have persistent kIntervals variants (persistent_tiles.cuh),
-// run when a KernelChoice asks for them (p.persistent_ctas > 0).
+// the sm90 cp.async kernels have none, their place is taken by the mma.sync kernels.
 // Tile choices and their measurements: docs/kernels-cuda.md.
 #pragma once
 
@@ -27,11 +25,8 @@ template <typename T, int kD>
 cudaError_t LaunchForward(const FwdParams& p, FwdKernel kernel, cudaStream_t stream) {
   if (p.iv.on) {
     if (kernel == FwdKernel::kSm90Tma) {
-      // p.persistent_ctas > 0: the persistent kernel (KernelChoice::iv_ctas; not the table's).
       const cudaError_t err =
-          p.persistent_ctas > 0
-              ? LaunchFwdSm90Ws<T, kD, 128, 2, Sm90TmaForwardConsumers(kD), true, true>(p, stream)
-              : LaunchFwdSm90Ws<T, kD, 128, 2, Sm90TmaForwardConsumers(kD), true>(p, stream);
+          LaunchFwdSm90Ws<T, kD, 128, 2, Sm90TmaForwardConsumers(kD), true>(p, stream);
       if (err != cudaErrorNotSupported) return err;
     }
     return LaunchFwd<T, kD, 128, 64, 4, true>(p, stream);
@@ -52,9 +47,7 @@ cudaError_t LaunchBackward(const BwdParams& p, const BwdPlan& plan, cudaStream_t
   BwdKernel kernel = plan.kernel;
   if (p.iv.on) {
     if (kernel == BwdKernel::kSm90Pipe) {
-      const cudaError_t err = p.persistent_ctas > 0
-                                  ? LaunchBwdSm90Pipe<T, kD, true, true>(p, 0, stream)
-                                  : LaunchBwdSm90Pipe<T, kD, true>(p, 0, stream);
+      const cudaError_t err = LaunchBwdSm90Pipe<T, kD, true>(p, 0, stream);
       if (err != cudaErrorNotSupported) return err;
     }
     return LaunchBwd<T, kD, 64, 64, 4, true>(p, stream);

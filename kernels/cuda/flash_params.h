@@ -43,12 +43,6 @@ struct FwdParams {
   bool out_f32 = false;
   bool accumulate = false;  // merge into an existing fp32 partial (out, lse)
   IntervalParams iv;        // the kIntervals mask (causal is then false)
-  // Grid of the persistent kernels (the kIntervals TMA forward and pipe backward): at most this
-  // many CTAs, each looping over tiles (the SMs: one CTA each); 0: one CTA per tile.
-  int persistent_ctas = 0;
-  // Their tile counter (persistent_tiles.cuh: 0 before the launch, 0 again after it; nullptr:
-  // static order).
-  int* tile_counter = nullptr;
 };
 
 struct BwdParams {
@@ -76,11 +70,6 @@ struct BwdParams {
   float scale = 0.f;
   bool causal = false;
   IntervalParams iv;  // the kIntervals mask (causal is then false)
-  int persistent_ctas = 0;  // as FwdParams (the kIntervals pipe backward)
-  int* tile_counter = nullptr;
-  // Filled by the pipe backward's launcher: its tiles in all (persistent) and per kv head x batch
-  // row (key blocks).
-  int tiles = 0, tiles_per_head = 0;
 };
 
 // Launchers (flash_{fwd,bwd}_*.cu, one per dtype x head dim): queue the kernel that the table

@@ -27,9 +27,7 @@
 //
 // MaskKind::kIntervals (documents, windows) runs the same rows, except that the cp.async rows
 // (and a forced cp.async choice) run mma.sync: the cp.async kernels have no interval variant
-// (flash_launch.cuh). The cudnn backend runs every kIntervals unit on our kernels. The TMA
-// forward and pipe backward have persistent kIntervals variants that only a KernelChoice
-// (iv_ctas) runs: they measure no faster than one CTA per tile.
+// (flash_launch.cuh). The cudnn backend runs every kIntervals unit on our kernels.
 //
 // The TMA kernels fall back to the cp.async ones by themselves (their launchers answer
 // cudaErrorNotSupported, with nothing queued, where TMA cannot describe a tensor), also when a
@@ -57,11 +55,6 @@ struct KernelChoice {
   // Causal tile order of the pipe backward: -1 the table; 0 grid order (key blocks fastest);
   // N > 0 longest first in chunks of N kv heads (x batch) (bwd_tile_order.h). At most 999.
   int bwd_tile_chunk = -1;
-  // kIntervals units on Hopper: 0 one CTA per tile (the table); the persistent kernels
-  // (persistent_tiles.cuh, each CTA looping over tiles) with -1 one CTA per SM, N > 0 at most N
-  // CTAs (tests: many tiles per CTA). At most 1000000. Measured no faster than one CTA per tile
-  // (docs/kernels-cuda.md), hence not the table's.
-  int iv_ctas = 0;
   UnitEngine cudnn_forward = UnitEngine::kTable;   // cudnn backend only
   UnitEngine cudnn_backward = UnitEngine::kTable;  // cudnn backend only
 };

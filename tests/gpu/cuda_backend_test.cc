@@ -338,11 +338,6 @@ TEST_F(CudaBackendTest, RejectsBadKernelChoices) {
   auto b = CreateCudaBackend({}, bad);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(b.status().message().find("bwd_tile_chunk"), std::string::npos) << b.status();
-  cuda::KernelChoice bad_ctas;
-  bad_ctas.iv_ctas = -2;
-  auto bc = CreateCudaBackend({}, bad_ctas);
-  EXPECT_EQ(bc.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bc.status().message().find("iv_ctas"), std::string::npos) << bc.status();
   cuda::KernelChoice tma;
   tma.forward = cuda::FwdKernel::kSm90Tma;
   auto t = CreateCudaBackend({}, tma);
@@ -356,14 +351,6 @@ TEST_F(CudaBackendTest, RejectsBadKernelChoices) {
   int i = 1;
   EXPECT_TRUE(testing::ParseKernelFlag(3, const_cast<char**>(argv), &i, &parsed, &error));
   EXPECT_NE(error.find("tmx"), std::string::npos) << error;
-  const char* argv2[] = {"bench", "--iv-ctas=7", "--iv-ctas", "x"};
-  i = 1, error.clear();
-  EXPECT_TRUE(testing::ParseKernelFlag(4, const_cast<char**>(argv2), &i, &parsed, &error));
-  EXPECT_TRUE(error.empty()) << error;
-  EXPECT_EQ(parsed.iv_ctas, 7);
-  i = 2;
-  EXPECT_TRUE(testing::ParseKernelFlag(4, const_cast<char**>(argv2), &i, &parsed, &error));
-  EXPECT_NE(error.find("--iv-ctas"), std::string::npos) << error;
 }
 
 TEST_F(CudaBackendTest, RejectsUnsupportedHeadDimAndF32) {

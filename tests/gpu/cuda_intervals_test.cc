@@ -1,8 +1,7 @@
 // The CUDA backend's kIntervals mask (documents, sliding windows) against the fp64 reference of
 // tests/gpu/masked_reference.h, forward and backward, for every kernel that can run it (the
-// table: TMA forward + pipe backward on Hopper; their persistent variants with one CTA per SM
-// and with 1 and 3 CTAs; the mma.sync pair forced; the sm90 cp.async choice, whose place the
-// mma.sync kernels take): 1-token documents, documents crossing the
+// table: TMA forward + pipe backward on Hopper; the mma.sync pair forced; the sm90 cp.async
+// choice, whose place the mma.sync kernels take): 1-token documents, documents crossing the
 // kernels' tile boundaries (64 / 128 / 192 rows) and the unit's edges (q_row0 / kv_row0
 // offsets), rows that see nothing (LSE -inf, O 0, no NaN, no gradient), windows from 0 to S,
 // causal and not, GQA, head dims 64 and 128, bf16 and f16, batch rows with their own documents.
@@ -49,14 +48,6 @@ void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name; }
 std::vector<KernelCase> KernelCases() {
   std::vector<KernelCase> cases;
   cases.push_back({"table", {}});
-  // The persistent kernels with fewer CTAs than tiles (each CTA loops over many tiles, its K/V
-  // stages and Q buffers running on across them), and with one CTA per SM.
-  for (int ctas : {1, 3, -1}) {
-    cuda::KernelChoice p;
-    p.iv_ctas = ctas;
-    cases.push_back(
-        {ctas == 1 ? "persistent_1_cta" : ctas == 3 ? "persistent_3_ctas" : "persistent", p});
-  }
   cuda::KernelChoice c;
   c.forward = cuda::FwdKernel::kMmaSync;
   c.backward = cuda::BwdKernel::kMmaSync;

@@ -1,26 +1,19 @@
 // dfa-cuda-kernel-bench: TFLOP/s of the CUDA backend's forward and backward units, one GPU.
 //   dfa-cuda-kernel-bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16] [--hdim 64|128 (one only)]
 //                         [--reps N (timed launches per config; default 20 / 5 / 3 at 4K / 16K / 64K)]
-//                         [--masks (the masked table below instead)] [--docs-out DIR] [--iv-ab]
-//                         [--windows W1,W2,... (--masks: the causal windows; default 4096,32768)]
-//                         [--fwd-kernel ...] [--bwd-kernel ...] [--bwd-tile-chunk N] [--iv-ctas N]
-// The last four override the kernel table (tests/gpu/kernel_flags.h; default: the table, as the
+//                         [--masks (the masked table below instead)] [--docs-out DIR]
+//                         [--fwd-kernel ...] [--bwd-kernel ...] [--bwd-tile-chunk N]
+// The last three override the kernel table (tests/gpu/kernel_flags.h; default: the table, as the
 // services run it); rows then carry a tag such as "-fwd=cpasync".
 // Configs: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 query heads (= kv heads), batch 1.
 // FLOPs: forward 4·B·H·S²·D, halved for causal (core/mask.h ForwardFlops); backward 2.5×.
 // --masks: the kIntervals mask (documents, windows) next to dense causal, in one run, at S = 64K
 // and 256K (--quick: 64K only), 32 heads, D = 128 (or --hdim): dense causal; varlen causal
 // (document lengths from a Pareto distribution, alpha 1.2, x_min 256 tokens, capped at 64K,
-// seed 20; tests/gpu/mask_intervals_host.h); causal windows of 4K and 32K; dense causal again.
-// FLOPs count the visible pairs only (4·H·pairs·D); "x dense" is the row's TFLOP/s over the mean
-// of the two dense causal rows at that S (before and after the masked ones: the card's clock
-// follows its load, and a ratio to a dense row measured at another clock would be off).
+// seed 20; tests/gpu/mask_intervals_host.h); causal windows of 4K and 32K. FLOPs count the
+// visible pairs only (4·H·pairs·D); "x dense" is the row's TFLOP/s over dense causal's at that S.
 // --docs-out DIR writes each S's document offsets to DIR/docs_<S>.txt (one per line) for
 // tests/gpu/bench_flex.py, which runs PyTorch flex attention on the same documents.
-// --iv-ab: each masked row again right after, on the persistent kernels (--iv-ctas -1, one CTA
-// per SM; its row tagged "-ivctas=-1"): their A/B against one CTA per tile in one run.
-// --masks rows take as many launches as fill ~0.2 s (at least 3; the warm-up launch's time
-// decides), unless --reps is given.
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
 // the D = rowsum(dO·O) pre-pass and zeroing dQ (as FlashAttention-2's own backward does).
 // Prints a markdown table; exits non-zero with a message when no GPU is usable or a flag is bad.
@@ -31,7 +24,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -71,8 +63,6 @@ absl::Status FillRandom(AttentionBackend& be, void* dst, size_t bytes, DType t, 
 int Main(int argc, char** argv) {
   bool quick = false;
   bool masks = false;
-  bool iv_ab = false;
-  std::vector<int64_t> windows = {4096, 32768};
   std::string docs_out;
   DType dtype = DType::kBF16;
   int only_hdim = 0;  // 0: both head dims
@@ -91,21 +81,6 @@ int Main(int argc, char** argv) {
       quick = true;
     } else if (!std::strcmp(argv[i], "--masks")) {
       masks = true;
-    } else if (!std::strcmp(argv[i], "--iv-ab")) {
-      iv_ab = true;
-    } else if (!std::strcmp(argv[i], "--windows") && i + 1 < argc) {
-      windows.clear();
-      for (const char* c = argv[++i]; *c != '\0';) {
-        char* end = nullptr;
-        const long long w = std::strtoll(c, &end, 10);
-        if (end == c || w < 0 || (*end != ',' && *end != '\0')) {
-          std::fprintf(stderr, "--windows: bad list '%s' (expected W1,W2,... tokens >= 0)\n",
-                       argv[i]);
-          return 2;
-        }
-        windows.push_back(w);
-        c = *end == ',' ? end + 1 : end;
-      }
     } else if (!std::strcmp(argv[i], "--docs-out") && i + 1 < argc) {
       docs_out = argv[++i];
     } else if (!std::strcmp(argv[i], "--hdim") && i + 1 < argc) {
@@ -126,19 +101,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   AttentionBackend& be = **be_or;
-  cuda::KernelChoice base_choice = choice;  // --iv-ab: the persistent kernels, one CTA per SM
-  base_choice.iv_ctas = -1;
-  std::unique_ptr<AttentionBackend> base_be;
-  if (iv_ab) {
-    auto base_or = CreateCudaBackend({}, base_choice);
-    if (!base_or.ok()) {
-      std::fprintf(stderr, "cuda backend: %s\n", base_or.status().ToString().c_str());
-      return 2;
-    }
-    base_be = std::move(*base_or);
-  }
   const std::string tag = testing::KernelTag(choice);
-  const std::string base_tag = testing::KernelTag(base_choice);
   const char* kernel_tag = tag.c_str();
   const int kHeads = 32;
   std::vector<int64_t> lengths = quick ? std::vector<int64_t>{4096, 16384} : std::vector<int64_t>{4096, 16384, 65536};
@@ -171,10 +134,9 @@ int Main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  // Times `reps` forward and backward launches of one unit on `be` (after one warm-up each);
-  // reps 0: as many as fill ~0.2 s (at least 3), from the warm-up's time.
-  auto time_unit = [&](AttentionBackend& be, MaskKind mask, const MaskIntervals& iv, int64_t s,
-                       int d, int reps, float* fwd_ms, float* bwd_ms) -> absl::Status {
+  // Times `reps` forward and backward launches of one unit (after one warm-up each).
+  auto time_unit = [&](MaskKind mask, const MaskIntervals& iv, int64_t s, int d, int reps,
+                       float* fwd_ms, float* bwd_ms) -> absl::Status {
     TensorView tq;
     tq.dtype = dtype, tq.rows = s, tq.heads = kHeads, tq.head_dim = d;
     RowStatView st;
@@ -200,22 +162,13 @@ int Main(int argc, char** argv) {
     b.dv = g, b.dv.data = dv;
     const size_t grad_bytes = size_t(s) * kHeads * d * 4;
 
-    auto reps_for = [&](float warm_ms) {
-      if (reps > 0) return reps;
-      return std::clamp(static_cast<int>(200.f / std::max(warm_ms, 1e-3f)), 3, 200);
-    };
-    cudaEventRecord(e0);
     RETURN_IF_ERROR(be.Forward(f));  // warm-up
-    cudaEventRecord(e1);
-    RETURN_IF_ERROR(be.Synchronize(nullptr));
-    cudaEventElapsedTime(fwd_ms, e0, e1);
-    const int fwd_reps = reps_for(*fwd_ms);
     cudaEventRecord(e0);
-    for (int r = 0; r < fwd_reps; ++r) RETURN_IF_ERROR(be.Forward(f));
+    for (int r = 0; r < reps; ++r) RETURN_IF_ERROR(be.Forward(f));
     cudaEventRecord(e1);
     RETURN_IF_ERROR(be.Synchronize(nullptr));
     cudaEventElapsedTime(fwd_ms, e0, e1);
-    *fwd_ms /= fwd_reps;
+    *fwd_ms /= reps;
 
     RETURN_IF_ERROR(be.Memset(dk, 0, grad_bytes, nullptr));
     RETURN_IF_ERROR(be.Memset(dv, 0, grad_bytes, nullptr));
@@ -224,18 +177,13 @@ int Main(int argc, char** argv) {
       RETURN_IF_ERROR(be.ComputeDelta(b.dout, f.out, b.delta, nullptr));
       return be.Backward(b);
     };
-    cudaEventRecord(e0);
     RETURN_IF_ERROR(backward());  // warm-up
-    cudaEventRecord(e1);
-    RETURN_IF_ERROR(be.Synchronize(nullptr));
-    cudaEventElapsedTime(bwd_ms, e0, e1);
-    const int bwd_reps = reps_for(*bwd_ms);
     cudaEventRecord(e0);
-    for (int r = 0; r < bwd_reps; ++r) RETURN_IF_ERROR(backward());
+    for (int r = 0; r < reps; ++r) RETURN_IF_ERROR(backward());
     cudaEventRecord(e1);
     RETURN_IF_ERROR(be.Synchronize(nullptr));
     cudaEventElapsedTime(bwd_ms, e0, e1);
-    *bwd_ms /= bwd_reps;
+    *bwd_ms /= reps;
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return absl::InternalError(cudaGetErrorString(err));
     return absl::OkStatus();
@@ -274,25 +222,15 @@ int Main(int argc, char** argv) {
         for (int64_t o : varlen.docs[0]) std::fprintf(fp, "%lld\n", static_cast<long long>(o));
         std::fclose(fp);
       }
-      for (int64_t w : windows) {
+      for (int64_t w : {4096, 32768}) {
         testing::HostMask win;
         win.causal = true;
         win.left = w;
         win.docs = {{0, s}};
-        rows.push_back({"causal window " + (w % 1024 == 0 ? std::to_string(w / 1024) + "K"
-                                                          : std::to_string(w)),
-                        false, win});
+        rows.push_back({"causal window " + std::to_string(w / 1024) + "K", false, win});
       }
-      rows.push_back({"dense causal (again)", true, {}});
-      // Printed once the S is done: "x dense" is over the mean of the two dense causal rows,
-      // which bracket the masked ones (the card's clocks drift with its load).
-      struct Result {
-        std::string name, tag;
-        bool dense;
-        double pairs, fwd_ms, tf, bwd_ms, tb;
-      };
-      std::vector<Result> results;
-      const int reps = forced_reps > 0 ? forced_reps : 0;  // 0: ~0.2 s per row and pass
+      double dense_fwd = 0, dense_bwd = 0;
+      const int reps = forced_reps > 0 ? forced_reps : (s >= 262144 ? 2 : 3);
       for (const MaskRow& row : rows) {
         MaskIntervals iv;
         double pairs = double(s) * double(s + 1) / 2;
@@ -308,31 +246,18 @@ int Main(int argc, char** argv) {
           iv.q_lo = iv_dev[0], iv.q_hi = iv_dev[1], iv.k_lo = iv_dev[2], iv.k_hi = iv_dev[3];
           iv.seq = s;
         }
-        for (int pass = 0; pass < (iv_ab && !row.dense ? 2 : 1); ++pass) {
-          float fwd_ms = 0, bwd_ms = 0;
-          BENCH_CHECK(time_unit(pass == 0 ? be : *base_be,
-                                row.dense ? MaskKind::kCausal : MaskKind::kIntervals, iv, s, d,
-                                reps, &fwd_ms, &bwd_ms));
-          const double flops = 4.0 * kHeads * d * pairs;
-          const double tf = flops / (fwd_ms * 1e-3) / 1e12;
-          const double tb = 2.5 * flops / (bwd_ms * 1e-3) / 1e12;
-          results.push_back({row.name, pass == 0 ? tag : base_tag, row.dense, pairs, fwd_ms,
-                             tf, bwd_ms, tb});
-        }
+        float fwd_ms = 0, bwd_ms = 0;
+        BENCH_CHECK(time_unit(row.dense ? MaskKind::kCausal : MaskKind::kIntervals, iv, s, d, reps,
+                              &fwd_ms, &bwd_ms));
+        const double flops = 4.0 * kHeads * d * pairs;
+        const double tf = flops / (fwd_ms * 1e-3) / 1e12, tb = 2.5 * flops / (bwd_ms * 1e-3) / 1e12;
+        if (row.dense) dense_fwd = tf, dense_bwd = tb;
+        std::printf("| dfa-%s%s | %d | %lldK | %s | %.3g | %.3f | %.1f | %.2f | %.3f | %.1f | %.2f |\n",
+                    std::string(DTypeName(dtype)).c_str(), kernel_tag, d,
+                    static_cast<long long>(s / 1024), row.name.c_str(), pairs, fwd_ms, tf,
+                    tf / dense_fwd, bwd_ms, tb, tb / dense_bwd);
+        std::fflush(stdout);
       }
-      double dense_fwd = 0, dense_bwd = 0, dense_rows = 0;
-      for (const Result& r : results) {
-        if (r.dense) dense_fwd += r.tf, dense_bwd += r.tb, ++dense_rows;
-      }
-      dense_fwd /= dense_rows, dense_bwd /= dense_rows;
-      for (const Result& r : results) {
-        std::printf(
-            "| dfa-%s%s | %d | %lldK | %s | %.3g | %.3f | %.1f | %.2f | %.3f | %.1f | %.2f |\n",
-            std::string(DTypeName(dtype)).c_str(), r.tag.c_str(), d,
-            static_cast<long long>(s / 1024), r.name.c_str(), r.pairs, r.fwd_ms, r.tf,
-            r.tf / dense_fwd, r.bwd_ms, r.tb, r.tb / dense_bwd);
-      }
-      std::fflush(stdout);
     }
     for (int32_t* p : iv_dev) be.Free(p);
   } else {
@@ -348,7 +273,7 @@ int Main(int argc, char** argv) {
         const int reps =
             forced_reps > 0 ? forced_reps : (s >= 65536 ? 3 : (s >= 16384 ? 5 : 20));
         float fwd_ms = 0, bwd_ms = 0;
-        BENCH_CHECK(time_unit(be, mask, {}, s, d, reps, &fwd_ms, &bwd_ms));
+        BENCH_CHECK(time_unit(mask, {}, s, d, reps, &fwd_ms, &bwd_ms));
         std::printf("| dfa-%s%s | %d | %lldK | %s | %.3f | %.1f | %.3f | %.1f |\n", std::string(DTypeName(dtype)).c_str(),
                     kernel_tag, d,
                     static_cast<long long>(s / 1024), mask == MaskKind::kCausal ? "yes" : "no", fwd_ms,

@@ -4,9 +4,6 @@
 //   --bwd-kernel table|pipe|cpasync|mma    backward kernel (pipe, cpasync: Hopper only)
 //   --bwd-tile-chunk N                     causal pipe backward tile order: -1 the table,
 //                                          0 grid order, N > 0 longest first in chunks of N
-//   --iv-ctas N                            kIntervals units: 0 one CTA per tile (the table); the
-//                                          persistent kernels with -1 one CTA per SM, N > 0 at
-//                                          most N CTAs
 //   --cudnn-fwd table|own|cudnn            cudnn backend: forward units on our kernels / cuDNN
 //   --cudnn-bwd table|own|cudnn            cudnn backend: backward units likewise
 // Each takes its value as the next argument or after '='.
@@ -33,8 +30,7 @@ inline bool ParseKernelFlag(int argc, char** argv, int* i, cuda::KernelChoice* c
     has_value = true;
   }
   const bool known = arg == "--fwd-kernel" || arg == "--bwd-kernel" ||
-                     arg == "--bwd-tile-chunk" || arg == "--cudnn-fwd" || arg == "--cudnn-bwd" ||
-                     arg == "--iv-ctas";
+                     arg == "--bwd-tile-chunk" || arg == "--cudnn-fwd" || arg == "--cudnn-bwd";
   if (!known) return false;
   if (!has_value) {
     if (*i + 1 >= argc) {
@@ -48,13 +44,6 @@ inline bool ParseKernelFlag(int argc, char** argv, int* i, cuda::KernelChoice* c
   if (arg == "--bwd-kernel") ok = cuda::ParseKernel(value, &choice->backward);
   if (arg == "--cudnn-fwd") ok = cuda::ParseKernel(value, &choice->cudnn_forward);
   if (arg == "--cudnn-bwd") ok = cuda::ParseKernel(value, &choice->cudnn_backward);
-  if (arg == "--iv-ctas") {
-    const std::string v(value);
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    ok = !v.empty() && *end == '\0' && n >= -1 && n <= 1000000;
-    if (ok) choice->iv_ctas = static_cast<int>(n);
-  }
   if (arg == "--bwd-tile-chunk") {
     const std::string v(value);
     char* end = nullptr;
@@ -65,7 +54,6 @@ inline bool ParseKernelFlag(int argc, char** argv, int* i, cuda::KernelChoice* c
   if (!ok) {
     *error = std::string(arg) + ": bad value '" + std::string(value) +
              (arg == "--bwd-tile-chunk" ? "' (expected -1..999)"
-              : arg == "--iv-ctas"        ? "' (expected -1..1000000)"
               : arg == "--fwd-kernel"   ? "' (expected table, tma, cpasync or mma)"
               : arg == "--bwd-kernel"   ? "' (expected table, pipe, cpasync or mma)"
                                         : "' (expected table, own or cudnn)");
@@ -79,7 +67,6 @@ inline std::string KernelTag(const cuda::KernelChoice& c) {
   if (c.forward != cuda::FwdKernel::kTable) tag += "-fwd=" + std::string(cuda::Name(c.forward));
   if (c.backward != cuda::BwdKernel::kTable) tag += "-bwd=" + std::string(cuda::Name(c.backward));
   if (c.bwd_tile_chunk >= 0) tag += "-chunk=" + std::to_string(c.bwd_tile_chunk);
-  if (c.iv_ctas != 0) tag += "-ivctas=" + std::to_string(c.iv_ctas);
   if (c.cudnn_forward != cuda::UnitEngine::kTable) {
     tag += "-cudnnfwd=" + std::string(cuda::Name(c.cudnn_forward));
   }

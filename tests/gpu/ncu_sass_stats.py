@@ -9,9 +9,6 @@
   ncu_sass_stats.py FILE sections NAME:A-B ...
                                         samples and executed instructions per warp-item of each
                                         named index range (phases of a loop), as a share of their sum
-  ncu_sass_stats.py FILE counts [N]     samples grouped by how often an instruction ran (the N,
-                                        default 12, largest groups): code that runs once per tile
-                                        (executions = tiles x warps) against once per loop trip
 Indices are row numbers of the SASS listing (0-based, as printed). Samples count warps at an
 instruction; within a loop their share of the loop's samples is the share of a warp's time.
 """
@@ -93,25 +90,9 @@ def sections(path, specs):
         print(f"{name:24s} {s:9.0f} {100 * s / total:5.1f}%  instructions/warp/item={e / per_item:.0f}")
 
 
-def counts(path, n):
-    _, data, ix, _ = load(path)
-    total = sum(num(r, ix, SAMPLES) for r in data) or 1.0
-    samples, instrs = collections.Counter(), collections.Counter()
-    for r in data:
-        e = int(num(r, ix, "Instructions Executed"))
-        samples[e] += num(r, ix, SAMPLES)
-        instrs[e] += 1
-    print("executions per instruction, instructions, share of the samples")
-    for e, v in samples.most_common(n):
-        print(f"{e:12d} {instrs[e]:6d} {100 * v / total:6.1f}%")
-
-
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
-    if len(argv) >= 3 and argv[2] == "counts":
-        counts(argv[1], int(argv[3]) if len(argv) > 3 else 12)
-        return
     if len(argv) >= 3 and argv[2] == "range":
         show_range(argv[1], argv[3:])
     elif len(argv) >= 3 and argv[2] == "sections":
