@@ -390,8 +390,73 @@ absl::StatusOr<v1::Job> Session::Watch(const std::string& job_id, const JobObser
                                                   absl::FormatDuration(client_->options().job_timeout)));
 }
 
-absl::StatusOr<v1::Job> Session::Run(v1::JobKind kind, const JobObserver& observer) {
-  ASSIGN_OR_RETURN(v1::Job job, Submit(kind));
+// ---------------------------------------------------------------- RunCancel
+
+void RunCancel::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (ctx_ != nullptr) ctx_->TryCancel();
+}
+
+void RunCancel::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = false;
+}
+
+bool RunCancel::cancelled() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+bool RunCancel::Enter(grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_) return false;
+  ctx_ = ctx;
+  return true;
+}
+
+void RunCancel::Leave() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ctx_ = nullptr;
+}
+
+// ---------------------------------------------------------------- Session (jobs)
+
+absl::StatusOr<v1::Job> Session::SubmitAndWait(v1::JobKind kind, RunCancel* cancel) {
+  v1::SubmitJobRequest req;
+  req.set_session_id(id());
+  req.set_kind(kind);
+  req.set_client_id(client_->client_id());
+  req.set_wait(true);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, client_->options().job_timeout);  // the call lasts the job
+  AttachCapability(&ctx, capability());
+  if (cancel != nullptr && !cancel->Enter(&ctx)) {
+    return absl::CancelledError("SubmitJob: cancelled before the job was submitted");
+  }
+  v1::Job job;
+  const grpc::Status s = client_->coordinator()->SubmitJob(&ctx, req, &job);
+  if (cancel != nullptr) cancel->Leave();
+  if (!s.ok()) {
+    if (s.error_code() == grpc::StatusCode::CANCELLED && cancel != nullptr &&
+        cancel->cancelled()) {
+      return absl::CancelledError("SubmitJob: cancelled while the job ran (the coordinator "
+                                  "cancels it)");
+    }
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "SubmitJob (wait): the job did not finish within ",
+          absl::FormatDuration(client_->options().job_timeout), " (job_timeout; it is cancelled)"));
+    }
+    return FromGrpc(s, "SubmitJob");
+  }
+  client_->RememberJob(*this, job.job_id());
+  return job;
+}
+
+absl::StatusOr<v1::Job> Session::Run(v1::JobKind kind, const JobObserver& observer,
+                                     const RunOptions& options) {
+  ASSIGN_OR_RETURN(v1::Job job, options.wait ? SubmitAndWait(kind, options.cancel) : Submit(kind));
   if (observer) observer(job);
   if (IsFinal(job.state())) return FinalResult(job);
   return Watch(job.job_id(), observer);

@@ -81,6 +81,37 @@ struct TransferOptions {
 // Called on every state change of a watched job.
 using JobObserver = std::function<void(const v1::Job&)>;
 
+// Stops a Session::Run from another thread (the Python binding's Ctrl-C). Cancel() cancels the
+// waiting SubmitJob call in flight, which makes the coordinator cancel its job; a Run that
+// starts after Cancel() fails CANCELLED without submitting, until Reset(). (A Run that watches
+// its job instead, RunOptions::wait = false, is cancelled by job id: Client::CancelJob.)
+// Thread-safe.
+class RunCancel {
+ public:
+  void Cancel();
+  void Reset();
+  bool cancelled();
+
+ private:
+  friend class Session;
+  // The waiting call of a Run; false (and nothing registered) when cancelled already.
+  bool Enter(grpc::ClientContext* ctx);
+  void Leave();
+
+  std::mutex mu_;
+  grpc::ClientContext* ctx_ = nullptr;
+  bool cancelled_ = false;
+};
+
+struct RunOptions {
+  // true: one rpc per job — SubmitJob with `wait`, answered when the job is final; the observer
+  // sees the submitted job's final state only (no progress). A coordinator that does not know
+  // `wait` answers at once and the Run watches the job as with false. false: SubmitJob, then
+  // WatchJob (the observer sees every change: progress bars).
+  bool wait = false;
+  RunCancel* cancel = nullptr;  // optional, for wait = true
+};
+
 class Client;
 
 class Session {
@@ -106,9 +137,11 @@ class Session {
                                          const TransferOptions& options = {});
   // Every worker fills its shard of Q, K, V (and dO) from `seed`.
   absl::Status GenerateInputs(uint64_t seed, bool with_grad_output);
-  // Submits a job and watches it to its final state. OK only for JOB_SUCCEEDED; a failed job
-  // returns its own code and message (UNAVAILABLE when a worker was lost).
-  absl::StatusOr<v1::Job> Run(v1::JobKind kind, const JobObserver& observer = nullptr);
+  // Submits a job and follows it to its final state (RunOptions: one waiting rpc, or a watch).
+  // OK only for JOB_SUCCEEDED; a failed job returns its own code and message (UNAVAILABLE when a
+  // worker was lost; CANCELLED when RunCancel stopped it).
+  absl::StatusOr<v1::Job> Run(v1::JobKind kind, const JobObserver& observer = nullptr,
+                              const RunOptions& options = {});
   // Submit alone; Watch follows a submitted job to its final state (same result as Run).
   absl::StatusOr<v1::Job> Submit(v1::JobKind kind);
   absl::StatusOr<v1::Job> Watch(const std::string& job_id, const JobObserver& observer);
@@ -124,6 +157,8 @@ class Session {
   Session(Client* client, v1::AttentionSpec spec, v1::CreateSessionResponse info)
       : client_(client), spec_(std::move(spec)), info_(std::move(info)) {}
   bool UseShm(int rank, const TransferOptions& options) const;
+  // SubmitJob with `wait`: the final job, or (an older coordinator) the job as submitted.
+  absl::StatusOr<v1::Job> SubmitAndWait(v1::JobKind kind, RunCancel* cancel);
 
   Client* client_;
   v1::AttentionSpec spec_;

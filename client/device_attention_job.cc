@@ -29,17 +29,22 @@ absl::Status DeviceAttentionJob::Bind(v1::JobKind kind,
 
 absl::StatusOr<v1::Job> DeviceAttentionJob::RunJob(v1::JobKind kind) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::Job> job = session_->Run(kind, options_.observer);
+  RunOptions run;
+  run.wait = true;  // one rpc per job: no watch stream
+  run.cancel = &cancel_;
+  absl::StatusOr<v1::Job> job = session_->Run(kind, options_.observer, run);
   times_.run += absl::ToDoubleSeconds(absl::Now() - start);
   if (!job.ok()) return job;
   times_.job += job->wall_seconds();
   // The workers copy in parallel: the job waited for the slowest one's copies.
-  double copies = 0;
+  double copies = 0, engine = 0;
   int64_t bytes = 0;
   for (const v1::WorkerJobStats& w : job->workers()) {
     copies = std::max(copies, w.device_transfer_seconds());
+    engine = std::max(engine, w.busy_seconds() + w.idle_seconds());
     bytes += w.device_transfer_bytes();
   }
+  times_.engine += engine;
   times_.job_transfer += copies;
   times_.transfer += copies;
   times_.bytes += bytes;

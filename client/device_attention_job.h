@@ -5,7 +5,9 @@
 // Q, K, V, O, LSE on the workers) and writes dQ, dK, dV. The tensors are bound to the session's
 // jobs (DeviceBindings): the workers copy the inputs in as each job starts and write the outputs
 // before its reply, so a call is one job through the coordinator and no transfer rpc — a
-// binding request goes to the workers only when the tensors (their memory) changed.
+// binding request goes to the workers only when the tensors (their memory) changed. The job is
+// one rpc: SubmitJob with `wait` (Session::Run with RunOptions::wait), answered when it is
+// final; the observer sees that final state only.
 //
 //   DeviceAttentionJob job(client, options);
 //   RETURN_IF_ERROR(job.Forward(q, k, v, &o).status());     // q, k, v, o: DeviceTensor
@@ -34,16 +36,21 @@ namespace dfa::client {
 // device transfers (the binding requests it had to send, usually none, plus the workers' CUDA
 // IPC copies inside the jobs: the largest worker's), the job's run (submit + watch through the
 // coordinator) and, inside it, the job's own wall time on the workers (Job.wall_seconds, which
-// holds the in-job copies); control = run - job (planning, dispatch, the watch's latency).
+// holds the in-job copies); control = run - job (the submit rpc and its answer); inside the job,
+// engine = the slowest worker's own time in it (WorkerJobStats busy + idle: the plan's kernels
+// and waits, without the copies) and dispatch = compute - engine (the coordinator's RunJob
+// calls to the workers and their replies, the worker's job setup).
 struct DevicePhaseTimes {
   double transfer = 0;
   double run = 0;
   double job = 0;
   double job_transfer = 0;  // the part of `job` (and of `transfer`) that the copies took
+  double engine = 0;        // the part of `job` the workers' executors took (slowest worker)
   int64_t bytes = 0;        // moved by CUDA IPC
   int64_t requests = 0;     // transfer / binding rpcs sent
   double control() const { return run > job ? run - job : 0; }
   double compute() const { return job > job_transfer ? job - job_transfer : 0; }
+  double dispatch() const { return compute() > engine ? compute() - engine : 0; }
 };
 
 class DeviceAttentionJob {
@@ -59,6 +66,10 @@ class DeviceAttentionJob {
   absl::StatusOr<v1::Job> Backward(const DeviceTensor& dout, const DeviceTensor& dq,
                                    const DeviceTensor& dk, const DeviceTensor& dv);
   absl::Status Release();
+
+  // Stops a call in flight from another thread (Cancel(): its job is cancelled, the call
+  // returns CANCELLED; Reset() before the next call). Ctrl-C in the Python binding.
+  RunCancel& run_cancel() { return cancel_; }
 
   Session* session() { return session_.get(); }
   int retries_done() const { return retries_done_; }
@@ -83,6 +94,7 @@ class DeviceAttentionJob {
   int retries_done_ = 0;
   int64_t ipc_bytes_ = 0;
   DevicePhaseTimes times_;
+  RunCancel cancel_;
 };
 
 }  // namespace dfa::client

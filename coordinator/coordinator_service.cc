@@ -106,17 +106,16 @@ grpc::Status CoordinatorService::CreateSession(grpc::ServerContext* ctx,
   return Reply("CreateSession", run());
 }
 
-grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx,
-                                           const v1::SubmitJobRequest* req, v1::Job* resp) {
-  auto run = [&]() -> absl::Status {
-    RETURN_IF_ERROR(Authorize(*ctx));
-    ASSIGN_OR_RETURN(
-        std::shared_ptr<const SessionInfo> session,
-        sessions_.Use(req->session_id(), req->client_id(), PresentedCapability(*ctx)));
-    ASSIGN_OR_RETURN(*resp, jobs_.Submit(std::move(session), req->kind()));
-    return absl::OkStatus();
-  };
-  return Reply("SubmitJob", run());
+grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* ctx,
+                                                        const v1::SubmitJobRequest* req,
+                                                        v1::Job* resp) {
+  std::string capability = PresentedCapability(*ctx);
+  const absl::Status admitted = Authorize(*ctx);
+  absl::StatusOr<std::shared_ptr<const SessionInfo>> session =
+      admitted.ok() ? sessions_.Use(req->session_id(), req->client_id(), capability)
+                    : absl::StatusOr<std::shared_ptr<const SessionInfo>>(admitted);
+  return StartSubmitJob(&jobs_, *req, std::move(session), std::move(capability), resp,
+                        [this](const absl::Status& s) { return Reply("SubmitJob", s); });
 }
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,

@@ -27,11 +27,12 @@
 
 namespace dfa {
 
-// WatchJob and HoldLease are callback (reactor) methods: a watch or a client's lease stream
-// costs no thread (coordinator/job_watch.h, coordinator/lease_stream.h).
+// SubmitJob, WatchJob and HoldLease are callback (reactor) methods: a waiting submit, a watch or
+// a client's lease stream costs no thread (coordinator/job_watch.h, coordinator/lease_stream.h).
 class CoordinatorService final
-    : public v1::Coordinator::WithCallbackMethod_WatchJob<
-          v1::Coordinator::WithCallbackMethod_HoldLease<v1::Coordinator::Service>> {
+    : public v1::Coordinator::WithCallbackMethod_SubmitJob<
+          v1::Coordinator::WithCallbackMethod_WatchJob<
+              v1::Coordinator::WithCallbackMethod_HoldLease<v1::Coordinator::Service>>> {
  public:
   // `security`: credentials of the channels to workers (null: insecure).
   CoordinatorService(const CoordinatorOptions& options, CoordinatorMetrics* metrics,
@@ -40,8 +41,8 @@ class CoordinatorService final
 
   grpc::Status CreateSession(grpc::ServerContext* ctx, const v1::CreateSessionRequest* req,
                              v1::CreateSessionResponse* resp) override;
-  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
-                         v1::Job* resp) override;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const v1::SubmitJobRequest* req, v1::Job* resp) override;
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                       v1::Job* resp) override;
   grpc::ServerWriteReactor<v1::Job>* WatchJob(grpc::CallbackServerContext* ctx,

@@ -31,6 +31,7 @@ struct JobManager::Record {
   std::vector<bool> done;
   int pending = 0;
   absl::Status failure;  // first failure or cancellation; OK while all goes well
+  FinalFn on_final;      // Submit's, told once by Flush after FinishLocked
   absl::Time stop_requested = absl::InfinitePast();  // when the workers were asked to stop
   bool calls_cancelled = false;
   // DFA_TRACE_OPS=1 only: when each RunJob call left and came back.
@@ -68,7 +69,7 @@ JobManager::JobManager(const CoordinatorOptions& options, WorkerStubs* stubs,
 JobManager::~JobManager() { Shutdown(); }
 
 absl::StatusOr<v1::Job> JobManager::Submit(std::shared_ptr<const SessionInfo> session,
-                                           v1::JobKind kind) {
+                                           v1::JobKind kind, FinalFn on_final) {
   if (kind != v1::JOB_FORWARD && kind != v1::JOB_BACKWARD) {
     return absl::InvalidArgumentError(
         absl::StrCat("kind: must be JOB_FORWARD or JOB_BACKWARD, got ", static_cast<int>(kind)));
@@ -91,6 +92,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(std::shared_ptr<const SessionInfo> se
     auto rec = std::make_shared<Record>();
     rec->session = session;
     rec->submitted = absl::Now();
+    rec->on_final = std::move(on_final);
     v1::Job& job = rec->job;
     job.set_job_id(RandomId("j-"));
     job.set_session_id(session->session_id);
@@ -154,13 +156,17 @@ void JobManager::Flush() {
   std::vector<std::shared_ptr<Record>> launch, cancels;
   std::vector<std::pair<std::shared_ptr<Record>, int>> try_cancel;
   std::vector<std::string> touch;
+  std::vector<std::pair<FinalFn, v1::Job>> tell;
   {
     absl::MutexLock lock(&mu_);
     launch.swap(to_launch_);
     cancels.swap(to_stop_);
     try_cancel.swap(to_try_cancel_);
     touch.swap(to_touch_);
+    tell.swap(to_tell_);
   }
+  // The waiting submitters first: their answer is the one a client is blocked on.
+  for (auto& [fn, job] : tell) fn(job);
   for (const auto& rec : launch) {
     if (TraceJobs()) rec->issued = absl::Now();
     for (size_t r = 0; r < rec->contexts.size(); ++r) {
@@ -298,6 +304,8 @@ void JobManager::FinishLocked(Record& rec) {
     for (const SessionShard& s : rec.session->shards) busy_workers_.erase(s.worker_id);
   }
   Changed(rec);
+  if (rec.on_final) to_tell_.emplace_back(std::move(rec.on_final), job);
+  rec.on_final = nullptr;
   metrics_->JobFinished(job.kind(), job.state(), absl::ToDoubleSeconds(now - rec.submitted),
                         job.flops());
   if (auto it = session_jobs_.find(job.session_id()); it != session_jobs_.end()) {
@@ -364,12 +372,14 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& job_id,
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id,
                                            const std::string& client_id,
-                                           const std::string& capability) {
+                                           const std::string& capability,
+                                           absl::string_view reason) {
   v1::Job out;
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(std::shared_ptr<Record> rec, FindLocked(job_id, client_id, capability));
-    FailLocked(*rec, absl::CancelledError(absl::StrCat("job ", job_id, " cancelled by client")));
+    FailLocked(*rec, absl::CancelledError(absl::StrCat(
+                         "job ", job_id, " cancelled ", reason.empty() ? "by client" : reason)));
     Changed(*rec);
     out = rec->job;
   }

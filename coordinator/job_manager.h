@@ -7,7 +7,8 @@
 // state when every call has returned: SUCCEEDED when all succeeded; otherwise the first error
 // decides (a failing worker makes the coordinator cancel the others through Worker.CancelJob,
 // and, if they do not return within the control deadline, by cancelling the calls).
-// A worker lost mid-job fails the job at once with UNAVAILABLE naming the worker.
+// A worker lost mid-job fails the job at once with UNAVAILABLE naming the worker. A submitter
+// may ask to be told the final state (Submit's on_final: what SubmitJob with `wait` answers).
 //
 // Access: the job rpcs take the capability of the job's session (and its client_id), checked as
 // SessionManager checks it (CheckSessionAccess). Job ids are random (core/random_id.h) but not
@@ -49,8 +50,15 @@ class JobManager {
   // Shuts down (see Shutdown).
   ~JobManager();
 
-  // INVALID_ARGUMENT for an unknown kind; FAILED_PRECONDITION as described above.
-  absl::StatusOr<v1::Job> Submit(std::shared_ptr<const SessionInfo> session, v1::JobKind kind);
+  // Told once, with the job in its final state (SUCCEEDED, FAILED, CANCELLED), from whichever
+  // thread finished it, without the manager's lock held (it may call back into the manager).
+  using FinalFn = std::function<void(const v1::Job&)>;
+
+  // INVALID_ARGUMENT for an unknown kind; FAILED_PRECONDITION as described above. `on_final`
+  // (optional) is called once the job is final — also when it fails, is cancelled or the
+  // manager shuts down — never when Submit returns an error. It may run before Submit returns.
+  absl::StatusOr<v1::Job> Submit(std::shared_ptr<const SessionInfo> session, v1::JobKind kind,
+                                 FinalFn on_final = nullptr);
   // NOT_FOUND (unknown or forgotten job), PERMISSION_DENIED (missing or wrong capability of
   // the job's session, or another client's job).
   absl::StatusOr<v1::Job> Get(const std::string& job_id, const std::string& client_id,
@@ -61,8 +69,9 @@ class JobManager {
                                         const std::string& capability, uint64_t* version,
                                         absl::Duration timeout);
   // Cancels a queued or running job; a finished job is returned unchanged (idempotent).
+  // `reason` (default: cancelled by the client) goes into the job's error message.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& client_id,
-                                 const std::string& capability);
+                                 const std::string& capability, absl::string_view reason = "");
 
   // The session is being released: cancel its jobs and forget its forward state.
   void ReleaseSession(const std::string& session_id);
@@ -130,6 +139,7 @@ class JobManager {
   std::vector<std::shared_ptr<Record>> to_stop_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::shared_ptr<Record>, int>> to_try_cancel_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> to_touch_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<FinalFn, v1::Job>> to_tell_ ABSL_GUARDED_BY(mu_);  // on_final calls
 };
 
 }  // namespace dfa

@@ -1,5 +1,7 @@
 #include "coordinator/job_watch.h"
 
+#include <memory>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +16,92 @@ class RefusedWatch final : public grpc::ServerWriteReactor<v1::Job> {
   void OnDone() override { delete this; }
 };
 
+// A SubmitJob call. Without wait it finishes in Start. With wait, once the job is submitted,
+// exactly one of these finishes it: the job's on_final (Done) or a failed Submit (Start).
+class SubmitCall final : public grpc::ServerUnaryReactor {
+ public:
+  SubmitCall(JobManager* jobs, v1::Job* response, std::string client_id, std::string capability,
+             std::function<grpc::Status(const absl::Status&)> reply)
+      : jobs_(jobs),
+        response_(response),
+        client_id_(std::move(client_id)),
+        capability_(std::move(capability)),
+        reply_(std::move(reply)) {}
+
+  void Start(const v1::SubmitJobRequest& request,
+             absl::StatusOr<std::shared_ptr<const SessionInfo>> session) {
+    if (!session.ok()) return Fail(session.status());
+    if (!request.wait()) {
+      absl::StatusOr<v1::Job> job = jobs_->Submit(*std::move(session), request.kind());
+      if (!job.ok()) return Fail(job.status());
+      *response_ = *std::move(job);
+      Finish(reply_(absl::OkStatus()));
+      return;
+    }
+    // on_final may run on another thread before Submit returns (a job that fails at once); the
+    // reactor lives until OnDone, which comes only after Finish and after this handler returns.
+    absl::StatusOr<v1::Job> job =
+        jobs_->Submit(*std::move(session), request.kind(), [this](const v1::Job& j) { Done(j); });
+    if (!job.ok()) return Fail(job.status());
+    bool cancel = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      job_id_ = job->job_id();
+      cancel = cancelled_;
+    }
+    if (cancel) (void)jobs_->Cancel(job->job_id(), client_id_, capability_, kCallEnded);
+  }
+
+  void OnCancel() override {
+    std::string id;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      cancelled_ = true;
+      if (done_) return;
+      id = job_id_;
+    }
+    // The job's cancellation finishes it, and on_final this call (the job id unknown yet: Start
+    // cancels it once Submit returns).
+    if (!id.empty()) (void)jobs_->Cancel(id, client_id_, capability_, kCallEnded);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Fail(const absl::Status& why) { Finish(reply_(why)); }
+  void Done(const v1::Job& job) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+    }
+    *response_ = job;
+    Finish(reply_(absl::OkStatus()));
+  }
+
+  static constexpr const char* kCallEnded =
+      "(its waiting SubmitJob call ended: the client cancelled it, went away or its deadline "
+      "passed)";
+
+  JobManager* const jobs_;
+  v1::Job* const response_;
+  const std::string client_id_, capability_;
+  const std::function<grpc::Status(const absl::Status&)> reply_;
+  std::mutex mu_;
+  std::string job_id_;     // once submitted
+  bool cancelled_ = false; // OnCancel came
+  bool done_ = false;      // the job is final (Finish called or about to be)
+};
+
 }  // namespace
+
+grpc::ServerUnaryReactor* StartSubmitJob(
+    JobManager* jobs, const v1::SubmitJobRequest& request,
+    absl::StatusOr<std::shared_ptr<const SessionInfo>> session, std::string capability,
+    v1::Job* response, std::function<grpc::Status(const absl::Status&)> reply) {
+  auto* call =
+      new SubmitCall(jobs, response, request.client_id(), std::move(capability), std::move(reply));
+  call->Start(request, std::move(session));
+  return call;
+}
 
 class JobWatchHub::Watch final : public grpc::ServerWriteReactor<v1::Job> {
  public:

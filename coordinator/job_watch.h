@@ -34,6 +34,18 @@
 
 namespace dfa {
 
+// Coordinator.SubmitJob as a callback reactor (no thread, no poll). `session` is the call's
+// authorization and session lookup (an error finishes the call with it at once). Without
+// request.wait the job is answered as queued. With it the answer is the job in its final state,
+// written when the JobManager finishes it (its on_final); a call its client cancels (gone, or
+// past its deadline) cancels the job, so a waiting submit never leaves a job nobody waits for.
+// At most one waiting call per session (a session has one job queued or running at a time).
+// `reply` converts the final absl::Status as the service's handlers do.
+grpc::ServerUnaryReactor* StartSubmitJob(
+    JobManager* jobs, const v1::SubmitJobRequest& request,
+    absl::StatusOr<std::shared_ptr<const SessionInfo>> session, std::string capability,
+    v1::Job* response, std::function<grpc::Status(const absl::Status&)> reply);
+
 struct WatchLimits {
   int max_streams = 4096;
   int max_streams_per_client = 256;

@@ -7,6 +7,8 @@
 #     test    tests/gpu/service/torch_ipc_test.py (IPC from torch, the GPT example, bad inputs)
 #     bench   python -m dfa bench --offload (S 16K, 64K, 256K; host paths at 16K)
 #     cbench  dfa bench --offload, the C++ twin (S 16K, 64K; IPC)
+#     trace   the IPC path at 16K with DFA_TRACE_OPS=1: the daemons' logs (job and coordinator
+#             trace lines, each pass's device timeline) in $OUT/trace/ (not part of `all`)
 # DFA_OFFLOAD_SEQS, DFA_OFFLOAD_ROUNDS override the Python bench's lengths and rounds.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,6 +28,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 what=("$@")
 ((${#what[@]})) || what=(all)
 has() { for w in "${what[@]}"; do [[ $w == "$1" || $w == all ]] && return 0; done; return 1; }
+named() { for w in "${what[@]}"; do [[ $w == "$1" ]] && return 0; done; return 1; }
 
 nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv \
   >"$OUT/machine.txt" 2>&1
@@ -57,5 +60,12 @@ if has cbench; then
   timeout 60 "$pkg/bin/dfa" bench --offload --seqs 16K,64K --rounds 3 --paths ipc \
     --bin-dir "$pkg/bin" 2>&1 | tee "$OUT/offload_cbench.log" | tail -12
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+if named trace; then
+  mkdir -p "$OUT/trace"
+  DFA_TRACE_OPS=1 timeout 90 "$PY" -m dfa bench --offload --seq 16384 --rounds 2 --paths ipc \
+    --log-dir "$OUT/trace" 2>&1 | tee "$OUT/trace/bench.log" | grep -v -E 'Warning|warn\(' | tail -4
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  grep -h -E "job trace|coordinator trace" "$OUT"/trace/*.log | tail -12
 fi
 exit $rc

@@ -13,6 +13,8 @@
 #   VERIFY_SEQ (4096), STEP_TIMEOUT (seconds per dfa command, 240),
 #   BACKEND (worker backend: cuda = our kernels, cudnn; default cuda),
 #   CONFIGS (lines "GPUS SCHEDULE causal|full SEQ" replacing the default grid),
+#   BENCH_ARGS (more `dfa bench` flags for every bench line, e.g. "--doc-lengths L1,L2,..." or
+#   "--window 4096": a masked run),
 #   PIN (cores per daemon, default unset = no pinning: the coordinator runs on cores [0, PIN),
 #   worker g on [(g+1)*PIN, (g+2)*PIN), through taskset; on a VM, thread wake-ups across cores
 #   can cost more than the control plane's own work (docs/gpu-service.md).
@@ -97,7 +99,7 @@ bench() {  # bench GPUS SCHEDULE MASK SEQ
   echo "== bench gpus=$1 schedule=$2 mask=$3 seq=$4 t=$(date +%s)"
   timeout "$STEP_TIMEOUT" "$bin/dfa" bench --coordinator "$coordinator" --workers "$1" \
     --schedule "$2" --"$3" --seq "$4" --heads 32 --head-dim 128 --dtype bf16 \
-    --repeat "$REPEAT" --skip-transfer --skip-single 2>&1
+    --repeat "$REPEAT" --skip-transfer --skip-single ${BENCH_ARGS:-} 2>&1
   echo "== exit $?"
 }
 {

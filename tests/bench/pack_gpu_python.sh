@@ -11,7 +11,9 @@
 #   tests/bench/pack_gpu_python.sh [PY_BUILD_DIR] [DAEMON_BUILD_DIR]
 # PY_BUILD_DIR (default build-gpu-python) is configured client-only (proto, core, client: no
 # device kernels) with CUDA on, for the headers in .cache/py312/python3.12 (the GPU machine's
-# Python 3.12, pyconfig.h included) and SOABI cpython-312-x86_64-linux-gnu; nanobind's CMake
+# Python 3.12, pyconfig.h included) or $DFA_PY312_INCLUDE (e.g. a pyenv 3.12's
+# include/python3.12, whose pyconfig.h is the real one and is used as it is) and SOABI
+# cpython-312-x86_64-linux-gnu; nanobind's CMake
 # files come from this machine's pip nanobind and the extension links it statically (NB_STATIC),
 # so the GPU machine's own nanobind version does not matter. DAEMON_BUILD_DIR (default build,
 # the shared CUDA build) gives the daemons. Builds take /tmp/dfa-build.lock (the team's 2 cores).

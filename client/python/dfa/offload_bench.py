@@ -9,8 +9,10 @@ CUDA tensors. Rounds alternate between the ways (so clocks and thermals treat th
     dfa.torch.Attention uses for CUDA tensors; the tensors are bound to the session's jobs, so
     the workers copy them inside the jobs and a step sends no transfer rpc once bound): split
     into transfer (the device copies of the step, inside the jobs, plus any binding rpcs),
-    compute (the two jobs' own wall time on the workers less their copies) and control plane
-    (submitting and watching the jobs through the coordinator, beyond their own time);
+    compute (the two jobs' wall time as the coordinator measures it, less their copies: the
+    engine, the worker's executor, and the dispatch, the RunJob calls to the worker and their
+    replies) and control plane (the jobs' SubmitJob rpcs, each answered when its job is final,
+    beyond the jobs' own time);
   * shm, grpc: the host paths (the tensors copied to host memory and back, counted in the step;
     the C++ AttentionJob's shared-memory or gRPC data plane): transfer = step - jobs' runs.
 Each service output is compared with SDPA's (bf16 tolerance: max |diff| / max |ref| <= 2e-2).
@@ -59,6 +61,8 @@ def parser():
     p.add_argument("--host-max-seq", type=int, default=65536,
                    help="run the host paths (shm, grpc) only up to this S (they move GBs)")
     p.add_argument("--out", default="", help="append JSON lines here")
+    p.add_argument("--log-dir", default="",
+                   help="the local cluster's daemon logs go here (default: a temporary folder)")
     return p
 
 
@@ -132,9 +136,11 @@ class Layer:
         step = time.perf_counter() - t
         r = {"step": step, "transfer": f["transfer"] + b["transfer"],
              "compute": f["compute"] + b["compute"], "control": f["control"] + b["control"],
+             "engine": f["engine"] + b["engine"], "dispatch": f["dispatch"] + b["dispatch"],
              "ipc_bytes": f["bytes"] + b["bytes"], "requests": f["requests"] + b["requests"]}
         # What the client spent outside its rpcs (the copies inside the jobs are in "run").
         calls = r["transfer"] - f["job_transfer"] - b["job_transfer"]
+        r["bind"] = calls  # the binding checks on the client (and any binding rpcs)
         r["client"] = max(0.0, step - calls - f["run"] - b["run"])
         r["error"] = self.error((o, dq, dk, dv))
         return r
@@ -221,10 +227,13 @@ def report(a, seq, res, backend, log, out):
         if w == "local":
             continue
         ratio = r["best"] / lo
-        line = "  %-5s %9.2f ms (median %.2f) = %.3fx local | transfer %.2f ms, compute %.2f ms" \
-            % (w, 1e3 * r["best"], 1e3 * r["median"], ratio, 1e3 * r["transfer"],
-               1e3 * r["compute"])
+        line = "  %-5s %9.2f ms (median %.2f) = %.3fx local | transfer %.2f ms" % (
+            w, 1e3 * r["best"], 1e3 * r["median"], ratio, 1e3 * r["transfer"])
         if w == "ipc":
+            line += " (binding %.2f)" % (1e3 * r["bind"])
+        line += ", compute %.2f ms" % (1e3 * r["compute"])
+        if w == "ipc":
+            line += " (engine %.2f, dispatch %.2f)" % (1e3 * r["engine"], 1e3 * r["dispatch"])
             line += ", control plane %.2f ms, client %.2f ms, %.2f GB moved, %d transfer rpcs" % (
                 1e3 * r["control"], 1e3 * r["client"], r["ipc_bytes"] / 1e9, r["requests"])
             t = target_for(seq)
@@ -236,7 +245,9 @@ def report(a, seq, res, backend, log, out):
             rec = dict(seq=seq, way=w, local_ms=1e3 * lo, ratio=ratio, sdpa=backend,
                        heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, dtype=a.dtype,
                        **{k: (1e3 * v if k in ("best", "median", "step", "transfer", "compute",
-                                               "control", "client") else v)
+                                               "control", "client", "engine", "dispatch",
+                                               "bind")
+                              else v)
                           for k, v in r.items()})
             out.write(json.dumps(rec) + "\n")
             out.flush()
@@ -259,6 +270,7 @@ def main(argv=None):
     cluster = None
     if not a.coordinator:
         cluster = dfa.LocalCluster(workers=1, backend=a.backend, bin_dir=a.bin_dir,
+                                   log_dir=a.log_dir,
                                    worker_args=["--device_memory_limit=%s" % a.worker_memory])
         a.coordinator = cluster.coordinator_address
     out = open(a.out, "a") if a.out else None

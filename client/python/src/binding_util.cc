@@ -3,7 +3,17 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +21,113 @@
 #include "core/spec_validation.h"
 
 namespace dfa::python {
+
+// ---------------------------------------------------------------- Ctrl-C without a thread
+
+namespace {
+
+// SIGINTs seen by OnSigint (ever); the interrupt thread is woken by g_sigint_sem.
+std::atomic<uint64_t> g_sigints{0};
+sem_t g_sigint_sem;
+// While armed: the action OnSigint chains to (Python's), read before ours is installed.
+struct sigaction g_prev_action;
+
+// The armed call (main thread only, one at a time), under g_arm_mu.
+std::mutex g_arm_mu;
+bool g_armed = false;
+const std::function<void()>* g_on_interrupt = nullptr;
+uint64_t g_armed_at = 0;
+bool g_fired = false;
+
+void OnSigint(int sig, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  g_sigints.fetch_add(1);
+  sem_post(&g_sigint_sem);  // async-signal-safe
+  errno = saved_errno;
+  const struct sigaction& prev = g_prev_action;
+  if ((prev.sa_flags & SA_SIGINFO) != 0) {
+    if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, context);
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+  }
+}
+
+void InterruptLoop() {
+  while (true) {
+    if (sem_wait(&g_sigint_sem) != 0) continue;  // EINTR
+    std::lock_guard<std::mutex> lock(g_arm_mu);
+    if (!g_armed || g_fired || g_sigints.load() <= g_armed_at) continue;
+    g_fired = true;
+    if (g_on_interrupt != nullptr && *g_on_interrupt) (*g_on_interrupt)();
+  }
+}
+
+// Once per process (a forked child starts its own: threads do not survive fork). Main thread
+// only, so no race.
+void StartInterruptThread() {
+  static pid_t started_in = 0;
+  if (started_in == getpid()) return;
+  started_in = getpid();
+  sem_init(&g_sigint_sem, 0, 0);
+  std::thread(InterruptLoop).detach();  // lives with the process, blocked in sem_wait
+}
+
+}  // namespace
+
+bool OnMainThread() {
+  static const unsigned long main_ident = nb::cast<unsigned long>(
+      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  return PyThread_get_thread_ident() == main_ident;
+}
+
+bool SigintArm::Usable() {
+  {
+    std::lock_guard<std::mutex> lock(g_arm_mu);
+    if (g_armed) return false;
+  }
+  nb::module_ signal = nb::module_::import_("signal");
+  if (!signal.attr("getsignal")(signal.attr("SIGINT")).is(signal.attr("default_int_handler"))) {
+    return false;
+  }
+  struct sigaction current;
+  if (sigaction(SIGINT, nullptr, &current) != 0) return false;
+  // Python's C handler must be the one installed (something else may have replaced it).
+  return (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler != SIG_DFL &&
+         current.sa_handler != SIG_IGN;
+}
+
+SigintArm::SigintArm(const std::function<void()>* on_interrupt) {
+  StartInterruptThread();
+  std::lock_guard<std::mutex> lock(g_arm_mu);
+  if (g_armed || sigaction(SIGINT, nullptr, &g_prev_action) != 0) return;
+  g_armed = true;
+  g_on_interrupt = on_interrupt;
+  g_fired = false;
+  g_armed_at = armed_at_ = g_sigints.load();
+  struct sigaction ours;
+  memset(&ours, 0, sizeof(ours));
+  ours.sa_sigaction = OnSigint;
+  ours.sa_mask = g_prev_action.sa_mask;
+  ours.sa_flags = (g_prev_action.sa_flags | SA_SIGINFO) & ~SA_RESETHAND;
+  if (sigaction(SIGINT, &ours, nullptr) != 0) {
+    g_armed = false;
+    g_on_interrupt = nullptr;
+    return;
+  }
+  armed_ = true;
+}
+
+SigintArm::~SigintArm() {
+  if (!armed_) return;
+  std::lock_guard<std::mutex> lock(g_arm_mu);  // waits for an on_interrupt in progress
+  (void)sigaction(SIGINT, &g_prev_action, nullptr);
+  g_armed = false;
+  g_on_interrupt = nullptr;
+}
+
+bool SigintArm::fired() const { return armed_ && g_sigints.load() > armed_at_; }
+
+// ----------------------------------------------------------------
 
 void ThrowInvalid(const std::string& message) {
   throw StatusError(absl::InvalidArgumentError(message));

@@ -54,13 +54,36 @@ T Value(absl::StatusOr<T> v) {
 
 void RegisterStatusTranslator();
 
-// Runs fn() on a helper thread with the GIL released while this thread waits. Every 50 ms the
-// waiting thread takes the GIL and runs Python's signal handlers (main thread only; elsewhere
-// they never run). When one raises (Ctrl-C: KeyboardInterrupt), `on_interrupt` is called once
-// (it cancels what fn is waiting for), fn is still awaited, and the Python exception is thrown
-// as nb::python_error. Otherwise returns fn()'s result.
+// This thread is Python's main thread (where signal handlers run). With the GIL held.
+bool OnMainThread();
+
+// While armed (RAII, by RunBlocking's direct path): a SIGINT calls `on_interrupt` once, from
+// the module's one interrupt thread, and still reaches Python's own handler (chained: the C
+// handler Python installed runs after ours), so KeyboardInterrupt follows once the GIL is back.
+// Usable() — on the main thread, with the GIL, Python's SIGINT handler the default one
+// (signal.default_int_handler: Ctrl-C raises KeyboardInterrupt) and no other call armed — says
+// when it may be armed. One arm at a time.
+class SigintArm {
+ public:
+  static bool Usable();
+  explicit SigintArm(const std::function<void()>* on_interrupt);  // on_interrupt may be null
+  ~SigintArm();  // disarms (waiting for an on_interrupt in progress), restores the handler
+  SigintArm(const SigintArm&) = delete;
+  SigintArm& operator=(const SigintArm&) = delete;
+  // A SIGINT arrived while armed.
+  bool fired() const;
+
+ private:
+  bool armed_ = false;
+  uint64_t armed_at_ = 0;
+};
+
+// The polled way (any Python signal handler): fn() on a helper thread, the GIL released;
+// every 50 ms the waiting thread takes the GIL and runs Python's signal handlers (main thread
+// only; elsewhere they never run). When one raises, `on_interrupt` is called once, fn is still
+// awaited, and the Python exception is thrown as nb::python_error.
 template <typename F>
-auto RunBlocking(F&& fn, const std::function<void()>& on_interrupt = nullptr) -> decltype(fn()) {
+auto RunBlockingPolled(F&& fn, const std::function<void()>& on_interrupt) -> decltype(fn()) {
   using R = decltype(fn());
   std::optional<R> result;
   std::unique_ptr<nb::python_error> interrupted;
@@ -92,6 +115,34 @@ auto RunBlocking(F&& fn, const std::function<void()>& on_interrupt = nullptr) ->
     worker.join();
   }
   if (interrupted) throw nb::python_error(*interrupted);
+  return std::move(*result);
+}
+
+// Runs a blocking call fn() with the GIL released, so that Ctrl-C stops it: `on_interrupt`
+// (optional) cancels what fn waits for, fn is still awaited, then KeyboardInterrupt (or what
+// Python's handler raised) is thrown as nb::python_error; otherwise returns fn()'s result.
+// Called with the GIL held.
+//   * Directly on this thread (no thread per call) where SigintArm is usable: the main thread
+//     with Python's default SIGINT handler. Python handlers of other signals run once the call
+//     has returned.
+//   * Elsewhere: on the main thread with another SIGINT handler, RunBlockingPolled (every
+//     Python handler runs during the call); on other threads, directly (Python runs signal
+//     handlers on the main thread only, so there is nothing to poll for).
+template <typename F>
+auto RunBlocking(F&& fn, const std::function<void()>& on_interrupt = nullptr) -> decltype(fn()) {
+  using R = decltype(fn());
+  const bool main = OnMainThread();
+  if (main && !SigintArm::Usable()) return RunBlockingPolled(std::forward<F>(fn), on_interrupt);
+  std::optional<R> result;
+  bool fired = false;
+  {
+    std::optional<SigintArm> arm;
+    if (main) arm.emplace(on_interrupt ? &on_interrupt : nullptr);
+    nb::gil_scoped_release release;
+    result.emplace(fn());
+    fired = arm && arm->fired();
+  }  // the GIL is back, then the handler restored
+  if (fired && PyErr_CheckSignals() != 0) throw nb::python_error();
   return std::move(*result);
 }
 

@@ -62,6 +62,8 @@ nb::dict TimesToDict(const client::DevicePhaseTimes& t) {
   d["job"] = t.job;
   d["job_transfer"] = t.job_transfer;
   d["compute"] = t.compute();
+  d["engine"] = t.engine;
+  d["dispatch"] = t.dispatch();
   d["control"] = t.control();
   d["bytes"] = t.bytes;
   d["requests"] = t.requests;
@@ -124,8 +126,14 @@ class PyDeviceAttentionJob {
   template <typename F>
   auto Call(F&& fn) -> typename decltype(fn())::value_type {
     interrupts_.Begin();
+    job_->run_cancel().Reset();
     try {
-      return Value(RunBlocking(fn, [this] { interrupts_.Interrupt(); }));
+      // Ctrl-C: the job's waiting SubmitJob is cancelled (the coordinator cancels the job); a
+      // job followed by id (an older coordinator) is cancelled through CancelJob.
+      return Value(RunBlocking(fn, [this] {
+        job_->run_cancel().Cancel();
+        interrupts_.Interrupt();
+      }));
     } catch (nb::python_error&) {
       {
         nb::gil_scoped_release release;

@@ -6,7 +6,8 @@
 * the coordinator killed and restarted on its address between steps: the next step makes a
   new session (the old one is unknown: NOT_FOUND, or UNAVAILABLE while it restarts) and goes on;
 * Ctrl-C (SIGINT) during a long forward: KeyboardInterrupt within a bound, the job cancelled and
-  the session released on the coordinator; the next call works;
+  the session released on the coordinator; the next call works; a SIGINT handler of the
+  program's own runs during a call and stops it; calls leave Python's SIGINT handler in place;
 * mTLS and the token from Python: a client with the cluster's certificates and token works; one
   without the token is refused UNAUTHENTICATED; one without TLS cannot connect; a bad
   certificate file is INVALID_ARGUMENT naming --tls_cert.
@@ -133,6 +134,60 @@ class InterruptTest(unittest.TestCase):
             self.assertLess((attn(*small) - F.scaled_dot_product_attention(*small)).abs().max(),
                             1e-5)
             attn.release()
+
+
+    def test_ctrl_c_under_a_custom_sigint_handler(self):
+        # A SIGINT handler of the program's own runs during the call (the binding polls for it)
+        # and what it raises stops the call as KeyboardInterrupt does.
+        class Stop(Exception):
+            pass
+
+        def handler(signum, frame):
+            raise Stop()
+
+        with dfa.LocalCluster(workers=2) as cluster:
+            client = dfa.Client(cluster.coordinator_address)
+            attn = dfa.torch.Attention(client, layout="bhsd")
+            q, k, v = (torch.randn(1, 4, 12288, 64) for _ in range(3))
+            watcher = dfa.Client(cluster.coordinator_address)
+
+            def interrupt_when_running():
+                deadline = time.monotonic() + 30
+                while not watcher.status()["jobs_running"] and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                os.kill(os.getpid(), signal.SIGINT)
+
+            old = signal.signal(signal.SIGINT, handler)
+            try:
+                timer = threading.Thread(target=interrupt_when_running)
+                timer.start()
+                t = time.monotonic()
+                with self.assertRaises(Stop):
+                    attn(q, k, v)
+                self.assertLess(time.monotonic() - t, 30.0)
+                timer.join()
+            finally:
+                signal.signal(signal.SIGINT, old)
+            self.assertEqual(client.status()["sessions"], 0)  # released
+            attn.release()
+
+    def test_calls_leave_the_default_sigint_handler_in_place(self):
+        # Calls on the main thread arm a C handler for their duration only: afterwards Ctrl-C is
+        # Python's own again (KeyboardInterrupt in Python code), also after an interrupted call.
+        with dfa.LocalCluster(workers=1) as cluster:
+            client = dfa.Client(cluster.coordinator_address)
+            for _ in range(3):
+                client.status()
+            self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
+            with self.assertRaises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+            # A call from another thread runs without Ctrl-C handling and works.
+            out = []
+            t = threading.Thread(target=lambda: out.append(client.status()))
+            t.start()
+            t.join(30)
+            self.assertEqual(out[0]["live_workers"], 1)
 
 
 def openssl(dir_, *args):

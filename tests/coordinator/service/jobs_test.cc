@@ -1,5 +1,8 @@
 // Job lifecycle over a real loopback channel with fake workers: states, watch stream, stats,
-// FLOPs, ordering rules, cancellation, release and time-to-live.
+// FLOPs, ordering rules, cancellation, release and time-to-live; SubmitJob with wait (the final
+// job in one rpc, the call holding its job).
+#include <thread>
+
 #include "coordinator_test_util.h"
 #include "kernels/attention_backend.h"
 
@@ -167,6 +170,141 @@ TEST_F(JobsTest, IdleSessionIsReleasedAfterItsTimeToLive) {
   ASSERT_TRUE(stub_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
   EXPECT_EQ(status.sessions(), 0);
   EXPECT_EQ(status.memory_used_bytes(), 0);
+}
+
+// SubmitJob with wait: one rpc, answered with the final job; the call holds the job.
+class WaitingSubmitTest : public CoordinatorFixture {
+ protected:
+  grpc::Status SubmitWait(const std::string& session, v1::JobKind kind, v1::Job* job,
+                          grpc::ClientContext* ctx = nullptr,
+                          const std::string& client = "alice") {
+    v1::SubmitJobRequest req;
+    req.set_session_id(session);
+    req.set_kind(kind);
+    req.set_client_id(client);
+    req.set_wait(true);
+    std::unique_ptr<grpc::ClientContext> own;
+    if (ctx == nullptr) {
+      own = SessionCtx(session);
+      ctx = own.get();
+    }
+    return stub_->SubmitJob(ctx, req, job);
+  }
+  int JobsRunning() {
+    v1::ClusterStatus status;
+    EXPECT_TRUE(stub_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
+    return status.jobs_running() + status.jobs_queued();
+  }
+};
+
+TEST_F(WaitingSubmitTest, AnswersWithTheFinalJobOfForwardAndBackward) {
+  StartCoordinator();
+  AddCpuWorkers(2);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
+  v1::Job fwd;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(SubmitWait(created.session_id(), v1::JOB_FORWARD, &fwd).ok());
+  // The fake workers take run_time (20 ms) each: the answer waited for them.
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  EXPECT_EQ(fwd.state(), v1::JOB_SUCCEEDED) << fwd.error_message();
+  EXPECT_EQ(fwd.steps_done(), fwd.steps_total());
+  EXPECT_GT(fwd.wall_seconds(), 0.0);
+  ASSERT_EQ(fwd.workers_size(), 2);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(fwd.workers(r).rank(), r);
+  // The same job as GetJob tells it.
+  v1::GetJobRequest get;
+  get.set_job_id(fwd.job_id());
+  get.set_client_id("alice");
+  v1::Job got;
+  ASSERT_TRUE(stub_->GetJob(SessionCtx(created.session_id()).get(), get, &got).ok());
+  EXPECT_EQ(got.state(), v1::JOB_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(got.wall_seconds(), fwd.wall_seconds());
+  // The forward counts for the backward, which waits as well.
+  v1::Job bwd;
+  ASSERT_TRUE(SubmitWait(created.session_id(), v1::JOB_BACKWARD, &bwd).ok());
+  EXPECT_EQ(bwd.state(), v1::JOB_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(bwd.flops(), 2.5 * fwd.flops());
+  for (const auto& w : workers_) EXPECT_EQ(w->runs_started(), 2);
+  EXPECT_EQ(JobsRunning(), 0);
+}
+
+TEST_F(WaitingSubmitTest, RefusalsAreAnsweredAtOnce) {
+  StartCoordinator();
+  AddCpuWorkers(1);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
+  v1::Job job;
+  grpc::Status s = SubmitWait(created.session_id(), v1::JOB_BACKWARD, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("kind:"), std::string::npos) << s.error_message();
+  s = SubmitWait("no-such-session", v1::JOB_FORWARD, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  // Another client's session, with its capability: refused.
+  s = SubmitWait(created.session_id(), v1::JOB_FORWARD, &job, nullptr, "mallory");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_EQ(workers_[0]->runs_started(), 0);
+}
+
+TEST_F(WaitingSubmitTest, ReleasedSessionAnswersTheCancelledJob) {
+  StartCoordinator();
+  AddCpuWorkers(2);
+  for (auto& w : workers_) w->set_block_runs(true);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
+  v1::Job job;
+  grpc::Status s;
+  std::thread waiter([&] { s = SubmitWait(created.session_id(), v1::JOB_FORWARD, &job); });
+  ASSERT_TRUE(WaitFor([&] { return workers_[0]->runs_started() + workers_[1]->runs_started() == 2; }));
+  v1::ReleaseSessionRequest rel;
+  rel.set_session_id(created.session_id());
+  rel.set_client_id("alice");
+  v1::ReleaseSessionResponse rel_resp;
+  ASSERT_TRUE(stub_->ReleaseSession(SessionCtx(created.session_id()).get(), rel, &rel_resp).ok());
+  waiter.join();
+  // The rpc is OK; the job says what happened to it.
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(job.state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(job.error_code(), static_cast<int>(grpc::StatusCode::CANCELLED));
+  EXPECT_NE(job.error_message().find("released"), std::string::npos) << job.error_message();
+}
+
+TEST_F(WaitingSubmitTest, CancellingTheCallCancelsTheJob) {
+  StartCoordinator();
+  AddCpuWorkers(2);
+  for (auto& w : workers_) w->set_block_runs(true);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
+  auto ctx = SessionCtx(created.session_id(), absl::Seconds(20));
+  v1::Job job;
+  grpc::Status s;
+  std::thread waiter(
+      [&] { s = SubmitWait(created.session_id(), v1::JOB_FORWARD, &job, ctx.get()); });
+  ASSERT_TRUE(WaitFor([&] { return workers_[0]->runs_started() + workers_[1]->runs_started() == 2; }));
+  ctx->TryCancel();
+  waiter.join();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+  // The job went with its call: the workers were told to stop, nothing runs.
+  EXPECT_TRUE(WaitFor([&] { return JobsRunning() == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return workers_[0]->cancels() + workers_[1]->cancels() == 2; }));
+  // The session takes the next job.
+  for (auto& w : workers_) w->set_block_runs(false);
+  ASSERT_TRUE(SubmitWait(created.session_id(), v1::JOB_FORWARD, &job).ok());
+  EXPECT_EQ(job.state(), v1::JOB_SUCCEEDED);
+}
+
+TEST_F(WaitingSubmitTest, ADeadlinePassingCancelsTheJob) {
+  StartCoordinator();
+  AddCpuWorkers(1);
+  workers_[0]->set_block_runs(true);
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(CreateWithSpec(GoodSpec(), &created).ok());
+  auto ctx = SessionCtx(created.session_id(), absl::Milliseconds(300));
+  v1::Job job;
+  EXPECT_EQ(SubmitWait(created.session_id(), v1::JOB_FORWARD, &job, ctx.get()).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(WaitFor([&] { return JobsRunning() == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return workers_[0]->cancels() == 1; }));
 }
 
 }  // namespace
