@@ -21,8 +21,9 @@
 // (worse pass, no overhead) is within kBalanceTarget, else the best balanced. Profile "gpu":
 // the least true time under GpuCostParams (see Better below). Masked requests (documents,
 // windows) add the contiguous plan's variants (ContiguousOptions, planner.h): shards of equal
-// visible pairs per speed, each receiving only the keys its queries see (docs/planner.md,
-// "Masked plans").
+// visible pairs per speed, each receiving only the keys its queries see, and, for packed
+// documents, the packed-document plan (document_schedule.cc: long documents striped over their
+// own workers, short ones filling the rest; docs/planner.md, "Masked plans").
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -382,12 +383,62 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
       best_score = score;
     }
   };
+  // Packed documents (document_schedule.cc): long documents on their own workers, striped
+  // inside, the short ones filling the rest of every worker's share. Tried first; once one is
+  // within kNearIdeal of ideal (both passes) the other document variants and the contiguous
+  // variants below are skipped (they would not be picked over it by more than a hair of
+  // per-op cost, and each costs a search step at large P).
+  constexpr double kNearIdeal = 1.005;
+  bool near_ideal = false;
+  // (Skipped where the longest document's ring would be communication-bound: each of its workers
+  // receives about all of its keys, which must travel within one worker's share of compute.)
+  auto document_rings_fit = [&] {
+    if (!DocumentPlanApplies(r) || params.bandwidth_bytes_per_second <= 0) {
+      return DocumentPlanApplies(r);
+    }
+    const std::vector<int64_t>& off = r.mask_spec.doc_offsets[0];
+    int64_t longest = 0;
+    for (size_t d = 0; d + 1 < off.size(); ++d) longest = std::max(longest, off[d + 1] - off[d]);
+    const UnitPairs pairs(RequestMask(r), r.seq_len);
+    const double flops = 4.0 * r.shape.batch * r.shape.q_heads * r.shape.head_dim *
+                         pairs(RowRange{0, r.seq_len}, RowRange{0, r.seq_len});
+    double total_speed = 0;
+    for (double x : speeds) total_speed += x;
+    const double share_seconds = flops / params.flops_per_second / total_speed;
+    const double wire_seconds = static_cast<double>(TransferBytes(r.shape, PlanTensor::kKV,
+                                                                  longest)) /
+                                params.bandwidth_bytes_per_second;
+    return wire_seconds < share_seconds;
+  };
+  if (document_rings_fit()) {
+    for (int pieces : {2, 4, 1}) {
+      for (bool kvs : {true, false}) {
+        for (bool short_groups : {false, true}) {
+          for (double tail : {0.5, 0.0}) {
+            if (near_ideal) break;
+            const DocumentOptions options{1.0, pieces, 0, tail, kvs, short_groups};
+            auto documents = [r, options] {
+              Plan plan = MakeDocumentPlan(r, options);
+              if (plan.workers.empty()) return plan;
+              planner_internal::EqualizeSteps(plan);
+              if (!HasBackwardSteps(plan)) DeriveBackwardSteps(plan);
+              return plan;
+            };
+            Plan base = documents();
+            if (base.workers.empty()) continue;
+            consider(std::move(base), documents);
+            near_ideal = !true_time && best_score.balance <= kNearIdeal;
+          }
+        }
+      }
+    }
+  }
   consider(MakeSpeedProportionalPlan(r), [r] { return MakeSpeedProportionalPlan(r); });
   // Masks (documents, window): the contiguous shards of equal visible pairs per speed are the
   // natural layout (each worker receives only the keys its queries see: the documents crossing
   // its boundaries, the window's reach), with a few step counts, K/V posted one step before use
   // or all before the pass.
-  if (!RequestMask(r).IsDense()) {
+  if (!RequestMask(r).IsDense() && !near_ideal) {
     for (int steps : {0, 3, 4, 6, 8, P}) {
       for (int variant = 0; variant < 32; ++variant) {
         const ContiguousOptions options{steps, (variant & 1) != 0, (variant & 2) != 0,

@@ -13,7 +13,8 @@
 //             slow and fast workers interleaved around the ring), the cut ring (cpu
 //             profile, unequal speeds: steps cut by work, MakeCutRingPlan), zigzag, contiguous
 //             speed-proportional shards with K/V sent straight from the owner, and
-//             (P >= 16) 2-D tiled plans (MakeTiledPlan); profile "cpu", when no candidate is
+//             (P >= 16) 2-D tiled plans (MakeTiledPlan), for packed documents the
+//             packed-document plan (MakeDocumentPlan); profile "cpu", when no candidate is
 //             within kBalanceTarget, also the forward of one candidate with the backward of
 //             another of the same layout (planner_internal::TakeBackwardFrom), and when still
 //             none is and PlanRequest::session_shape is given, head groups of any worker counts
@@ -126,6 +127,33 @@ struct ContiguousOptions {
   int kv_pieces = 1;
 };
 Plan MakeSpeedProportionalPlan(const PlanRequest& request, const ContiguousOptions& options);
+// The packed-document plan (document_schedule.cc; a "balanced" candidate for masked requests
+// with one document list and no window): every long document (visible work above
+// long_fraction x the mean worker share, largest first) on its own consecutive workers, as few
+// as hold its work at their speed shares, with the striped ring inside the document (`pieces`
+// K/V pieces per slowest worker, travelling pieces posted `lead` steps early); the short
+// documents in the rest of every worker's share (short_groups below). A ring worker's short work
+// is spread evenly over its ring's steps (tail_fraction of its own in a step after the ring);
+// outside the rings, own work in step 0 and a tail step, foreign keys in step 1. Returns a plan
+// with no workers when it does not apply (DocumentPlanApplies false, a document too short for
+// its ring's pieces); with its backward when kv_stationary_backward (else none: derive it).
+struct DocumentOptions {
+  double long_fraction = 1.0;
+  int pieces = 1;
+  int lead = 0;
+  double tail_fraction = 0.5;
+  // The rings' K/V-stationary backward (MakeStripedRingPlan); the plan then has its backward.
+  bool kv_stationary_backward = false;
+  // How the short documents are placed. false (packed): whole into the ring workers' free
+  // shares, largest that fits first, the rest cut over the workers outside the rings (which
+  // absorb what the rings leave). true (grouped): whole to groups (each ring's workers, the
+  // workers outside the rings), largest first to the group with the most free capacity, then
+  // cut inside each group over its workers' free shares; keys of a document cut between two
+  // ring workers travel in pieces on the ring's steps.
+  bool short_groups = false;
+};
+bool DocumentPlanApplies(const PlanRequest& request);
+Plan MakeDocumentPlan(const PlanRequest& request, const DocumentOptions& options);
 // "heads" (heads_schedule.cc) with HeadGroupCount(request) groups, or with `groups` groups
 // (groups must divide workers and be <= kv_heads; otherwise, and for groups <= 1, the balanced
 // plan with every worker holding all heads). Head ranges are set only when groups > 1. Returns a

@@ -1,0 +1,88 @@
+// The packed-document plan (MakeDocumentPlan, core/planner/document_schedule.cc) run by the
+// executor in the simulator: long documents striped over their own workers, short ones packed
+// whole or cut inside groups (keys in pieces on a ring's steps), the derived and the
+// K/V-stationary backwards, forward and backward against the fp64 reference under the mask.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/planner/doc_lengths.h"
+#include "core/planner/plan_checker.h"
+#include "core/planner/plan_coalescing.h"
+#include "core/planner/planner.h"
+#include "gtest/gtest.h"
+#include "kernels/reference/reference_attention.h"
+#include "tests/worker/executor/simulation_test_util.h"
+#include "worker/executor/simulator.h"
+
+namespace dfa {
+namespace {
+
+using testing_util::HostView;
+using testing_util::Random;
+using testing_util::WorstError;
+
+TEST(DocumentPlanSimulationTest, MatchesReferenceUnderTheMask) {
+  const AttentionShape shape{1, 4, 2, 16, DType::kF32};
+  for (int P = 2; P <= 5; ++P) {
+    const int64_t S = 60 * P + 40;
+    // A long document over several workers, a second one, short ones of 1..13 tokens.
+    std::vector<int64_t> lengths = {9, 30 * P, 3, 12 * P + 7};
+    for (int64_t left = S - 30 * P - 12 * P - 19, k = 0; left > 0; ++k) {
+      const int64_t pattern[] = {1, 7, 3, 13, 2, 5};
+      lengths.push_back(std::min(left, pattern[k % 6]));
+      left -= lengths.back();
+    }
+    for (bool causal : {true, false}) {
+      MaskSpec mask;
+      mask.causal = causal;
+      mask.doc_offsets = {DocOffsetsOf(lengths)};
+      PlanRequest r;
+      r.workers = P;
+      r.seq_len = S;
+      r.causal = causal;
+      r.mask_spec = mask;
+      r.shape = shape;
+      for (bool groups : {false, true}) {
+        for (bool kvs : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "P=" << P << (causal ? " causal" : " full")
+                                            << " groups " << groups << " kvs " << kvs);
+          Plan plan = MakeDocumentPlan(r, DocumentOptions{1.0, 2, 0, 0.5, kvs, groups});
+          ASSERT_FALSE(plan.workers.empty());
+          if (!HasBackwardSteps(plan)) DeriveBackwardSteps(plan);
+          CheckOptions check;
+          check.shape = shape;
+          ASSERT_TRUE(CheckPlan(plan, check).ok()) << CheckPlan(plan, check).status();
+          plan = CoalesceTransfers(plan, shape);
+          std::mt19937 rng(91 + P);
+          const size_t nq = size_t(S) * shape.q_heads * shape.head_dim;
+          const size_t nk = size_t(S) * shape.kv_heads * shape.head_dim;
+          SimulationInputs in{Random(nq, rng), Random(nk, rng), Random(nk, rng), Random(nq, rng)};
+          absl::StatusOr<SimulationResult> sim = Simulate(plan, shape, in);
+          ASSERT_TRUE(sim.ok()) << sim.status();
+          reference::Problem pr;
+          pr.q = HostView(in.q, 1, S, shape.q_heads, shape.head_dim);
+          pr.k = HostView(in.k, 1, S, shape.kv_heads, shape.head_dim);
+          pr.v = HostView(in.v, 1, S, shape.kv_heads, shape.head_dim);
+          pr.mask = MaskKind::kIntervals;
+          pr.spec = &mask;
+          pr.seq = S;
+          pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
+          absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
+          ASSERT_TRUE(ref.ok()) << ref.status();
+          absl::StatusOr<reference::Gradients> grads =
+              reference::Backward(pr, HostView(in.dout, 1, S, shape.q_heads, shape.head_dim));
+          ASSERT_TRUE(grads.ok()) << grads.status();
+          EXPECT_LE(WorstError(sim->out, ref->out, 1e-5, 1e-4), 1.0) << "output";
+          EXPECT_LE(WorstError(sim->lse, ref->lse, 1e-5, 1e-4), 1.0) << "lse";
+          EXPECT_LE(WorstError(sim->dq, grads->dq, 1e-4, 1e-3), 1.0) << "dq";
+          EXPECT_LE(WorstError(sim->dk, grads->dk, 1e-4, 1e-3), 1.0) << "dk";
+          EXPECT_LE(WorstError(sim->dv, grads->dv, 1e-4, 1e-3), 1.0) << "dv";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dfa

@@ -1,0 +1,93 @@
+// The planner's promise over worker counts, in the cost model with communication (profile cpu,
+// 32 x 128 heads, bf16, equal speeds, every plan CheckPlan-valid): a CI-fast sample of what
+// `dfa-plan-sweep` prints for P = 1..64 (docs/planner.md, "Makespan / ideal over P = 1..64").
+//  - Dense causal and full plans at S = 1024·P: within 1.02 where the 32 kv heads split over P
+//    into groups of (nearly) equal work, and never above the whole-heads bound
+//    max(1.02, ceil(32 / P) · P / 32) elsewhere (at S = 1024·P every 1-D plan's wire time
+//    exceeds its compute, so only head groups escape: docs/planner.md, "Limits").
+//  - Dense causal plans at S = 64K within 1.02 at P spread over 1..64 where reached.
+//  - Long-tailed documents at S = 256K (ParetoDocumentLengths(S, 1.2, 256, 64K, seed 1)) within
+//    1.03 at a sample of P where reached (the packed-document plan, document_schedule.cc).
+// Sampled P (the full sweeps take minutes): listed in each test.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/planner/cost_model.h"
+#include "core/planner/doc_lengths.h"
+#include "core/planner/plan_checker.h"
+#include "core/planner/planner.h"
+#include "gtest/gtest.h"
+
+namespace dfa {
+namespace {
+
+// Forward and backward makespan / ideal of the `balanced` plan `dfa-plan-sweep` makes
+// (session_shape set: head groups where no sequence plan is within 2%).
+struct Ratios {
+  double forward = 1e9, backward = 1e9;
+  double worst() const { return std::max(forward, backward); }
+};
+
+Ratios SweepRatios(int P, int64_t S, bool causal, const MaskSpec& mask = {}) {
+  PlanRequest r;
+  r.workers = P;
+  r.seq_len = S;
+  r.causal = causal;
+  r.mask_spec = mask;
+  r.mask_spec.causal = causal;
+  r.session_shape = r.shape;
+  absl::StatusOr<Plan> plan = MakePlan(r);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  absl::Status check = CheckPlan(*plan, CheckOptions{r.shape}).status();
+  EXPECT_TRUE(check.ok()) << "P=" << P << " S=" << S << ": " << check;
+  absl::StatusOr<PlanCost> cost = EstimateCost(*plan, CpuCostParams(r.shape));
+  EXPECT_TRUE(cost.ok()) << cost.status();
+  if (!cost.ok()) return {};
+  return {cost->forward.makespan_ratio, cost->backward.makespan_ratio};
+}
+
+// The best any plan of whole heads per worker can do at S = 1024·P without a sequence split:
+// the busiest worker holds ceil(32 / P) of the 32 heads.
+double WholeHeadsBound(int P) {
+  const int heads = 32;
+  return std::max(1.02, std::ceil(static_cast<double>(heads) / P) * P / heads);
+}
+
+TEST(PlannerSweepTest, DenseAt1024TokensPerWorkerStaysWithinTheWholeHeadsBound) {
+  // P dividing 32 (exact head groups) within 1.02; the others within WholeHeadsBound.
+  for (int P : {1, 2, 3, 4, 5, 6, 7, 8, 11, 16, 17, 24, 32}) {
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "P=" << P << (causal ? " causal" : " full"));
+      const Ratios r = SweepRatios(P, 1024 * int64_t{P}, causal);
+      const double bound = 32 % P == 0 || P % 32 == 0 ? 1.02 : WholeHeadsBound(P);
+      EXPECT_LE(r.forward, bound + 1e-3);
+      EXPECT_LE(r.backward, bound + 1e-3);
+    }
+  }
+}
+
+TEST(PlannerSweepTest, DenseAt64KIsWithinTwoPercentWhereReached) {
+  // The P at S = 64K that miss 1.02 (26, 27, 29, 33, ...: docs/planner.md) are not asserted.
+  for (int P : {2, 3, 7, 12, 16, 24, 32, 48}) {
+    SCOPED_TRACE(::testing::Message() << "P=" << P);
+    EXPECT_LE(SweepRatios(P, 65536, true).worst(), 1.02);
+  }
+}
+
+TEST(PlannerSweepTest, LongTailedDocumentsAreWithinThreePercentWhereReached) {
+  const int64_t S = 262144;
+  MaskSpec mask;
+  mask.doc_offsets = {DocOffsetsOf(ParetoDocumentLengths(S, 1.2, 256, 65536, 1))};
+  // P from the range the packed-document plan reaches with sequence plans alone, and one where
+  // head groups (each a masked plan over all rows) carry it.
+  for (int P : {2, 5, 9, 13, 17, 21, 25, 32}) {
+    SCOPED_TRACE(::testing::Message() << "P=" << P);
+    EXPECT_LE(SweepRatios(P, S, true, mask).worst(), 1.03);
+  }
+}
+
+}  // namespace
+}  // namespace dfa
