@@ -1,20 +1,99 @@
 #include "client/child_process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/strings/str_join.h"
 
 namespace dfa::client {
+namespace {
+
+// The thread every child is forked from. PR_SET_PDEATHSIG fires when the thread that forked
+// the child exits, not the process: a child forked from a short-lived thread (the Python
+// binding starts clusters from one per call) would be signalled when that thread ends. This
+// thread lives as long as the process, so the signal comes exactly when the process dies.
+// One per process: a fork()ed copy of this process starts its own on first use.
+class Spawner {
+ public:
+  static Spawner& Get() {
+    static const bool registered = [] {
+      // In a fork()ed child the spawner thread does not exist and the state may be mid-use:
+      // forget it (leaked) and start afresh. The handler runs before the child has any other
+      // thread; prepare/parent keep the pointer's mutex consistent across the fork.
+      pthread_atfork([] { CreateMu().lock(); }, [] { CreateMu().unlock(); },
+                     [] {
+                       new (&CreateMu()) std::mutex();
+                       instance_ = nullptr;
+                     });
+      return true;
+    }();
+    (void)registered;
+    std::lock_guard<std::mutex> lock(CreateMu());
+    if (instance_ == nullptr) instance_ = new Spawner();  // never destroyed (detached thread)
+    return *instance_;
+  }
+
+  // Runs `fn` on the spawner thread; returns its result. Calls are serialised.
+  pid_t Run(const std::function<pid_t()>& fn) {
+    std::lock_guard<std::mutex> one_at_a_time(call_mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    job_ = &fn;
+    done_ = false;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return done_; });
+    return result_;
+  }
+
+ private:
+  Spawner() { std::thread([this] { Loop(); }).detach(); }
+
+  static std::mutex& CreateMu() {
+    alignas(std::mutex) static unsigned char storage[sizeof(std::mutex)];
+    static std::mutex* mu = new (storage) std::mutex();
+    return *mu;
+  }
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return job_ != nullptr; });
+      const std::function<pid_t()>* job = job_;
+      job_ = nullptr;
+      lock.unlock();
+      const pid_t r = (*job)();
+      lock.lock();
+      result_ = r;
+      done_ = true;
+      cv_.notify_all();
+    }
+  }
+
+  static inline Spawner* instance_ = nullptr;
+  std::mutex call_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<pid_t()>* job_ = nullptr;
+  bool done_ = false;
+  pid_t result_ = -1;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(std::string name,
                                                                   std::vector<std::string> argv,
@@ -32,13 +111,22 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(std::string na
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(log_fd);
-    return absl::UnavailableError(absl::StrCat(name, ": fork: ", std::strerror(errno)));
-  }
-  if (pid == 0) {
+  int fork_errno = 0;
+  const pid_t pid = Spawner::Get().Run([&]() -> pid_t {
+    const pid_t parent = getpid();
+    const pid_t p = fork();
+    if (p < 0) fork_errno = errno;
+    if (p != 0) return p;
     // Child: only async-signal-safe calls until exec.
+    // SIGTERM when this process dies, however it dies (SIGKILL included): a daemon never
+    // outlives the program that started it. A parent that died before this line: exit now.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
+    // exec resets handled signals, not ignored ones (Python ignores SIGPIPE): the default.
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     const int devnull = open("/dev/null", O_RDONLY);
@@ -46,8 +134,11 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(std::string na
     setpgid(0, 0);  // its own group: a terminal's Ctrl-C reaches only us; we stop it
     execv(args[0], args.data());
     _exit(127);
-  }
+  });
   close(log_fd);
+  if (pid < 0) {
+    return absl::UnavailableError(absl::StrCat(name, ": fork: ", std::strerror(fork_errno)));
+  }
   return std::unique_ptr<ChildProcess>(new ChildProcess(std::move(name), pid, std::move(log_path)));
 }
 

@@ -1,6 +1,13 @@
 // A child process started by the client tools (dfa demo, dfa bench, integration tests) to run
 // a daemon on this host: its stdout and stderr go to a log file; it is stopped with SIGTERM
 // and, after a bounded wait, SIGKILL. Destruction stops it. Not thread-safe; move-only.
+//
+// A child never outlives this process: it is forked from one thread that lives as long as the
+// process and set to receive SIGTERM when its parent dies (PR_SET_PDEATHSIG), so a launcher
+// killed by SIGKILL, or dying any other way without running its clean-up, still takes its
+// daemons with it. The child starts with an empty signal mask, SIGPIPE at its default action,
+// stdin on /dev/null and its own process group (a terminal's Ctrl-C reaches only the launcher,
+// which stops it).
 #pragma once
 
 #include <sys/types.h>

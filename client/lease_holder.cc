@@ -21,16 +21,18 @@ std::chrono::nanoseconds Chrono(absl::Duration d) {
 }  // namespace
 
 LeaseHolder::LeaseHolder(v1::Coordinator::Stub* stub, std::string client_id)
-    : stub_(stub), client_id_(std::move(client_id)) {}
+    : stub_(stub), client_id_(std::move(client_id)), creator_pid_(getpid()) {}
+
+bool LeaseHolder::Forked() const { return getpid() != creator_pid_; }
 
 LeaseHolder::~LeaseHolder() {
-  // No Get runs now (the owner is destroying this), so owner_pid_ is read without the lock, which
-  // in a fork()ed child may be held forever by the parent's thread.
-  if (owner_pid_ != 0 && getpid() != owner_pid_) {
-    // A fork()ed child's copy: the thread is the parent's and does not run here. Touch
-    // neither it nor the stream; the handle is left behind (joining or detaching it here would
-    // act on a thread this process does not have).
-    new std::thread(std::move(thread_));
+  // In a fork()ed child nothing here may take mu_ (the parent's thread may have held it at the
+  // fork, and holds it forever in this copy).
+  if (Forked()) {
+    // The thread and the lease are the parent's: neither closed nor beaten from here. The
+    // thread's handle is left behind (joining or detaching it here would act on a thread this
+    // process does not have).
+    if (thread_.joinable()) new std::thread(std::move(thread_));
     return;
   }
   std::unique_lock<std::mutex> l(mu_);
@@ -47,10 +49,20 @@ LeaseHolder::~LeaseHolder() {
 }
 
 absl::StatusOr<LeaseCredentials> LeaseHolder::Get(absl::Duration timeout) {
+  if (Forked()) {
+    // No rpc at all: the channel's connections are the parent's (shared sockets), and gRPC
+    // does not run in a fork()ed child (its threads are not there). A call hangs here and
+    // breaks the parent's streams, its lease with them.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client lease: this Client was created in process ", creator_pid_,
+        " and is used in its fork()ed child ", getpid(),
+        "; gRPC connections do not survive fork() (using them here would break the parent's "
+        "lease and sessions): create the Client in a process that is started, not forked "
+        "(Python multiprocessing: the 'spawn' or 'forkserver' start method)"));
+  }
   std::unique_lock<std::mutex> l(mu_);
   if (!started_) {
     started_ = true;
-    owner_pid_ = getpid();
     thread_ = std::thread([this] { Loop(); });
   }
   const int failures = failures_;
@@ -68,6 +80,7 @@ absl::StatusOr<LeaseCredentials> LeaseHolder::Get(absl::Duration timeout) {
 }
 
 void LeaseHolder::Forget(const std::string& lease_id) {
+  if (Forked()) return;  // the parent's lease: not this process's to cut
   std::lock_guard<std::mutex> l(mu_);
   if (lease_.lease_id != lease_id) return;  // renewed already
   lease_ = LeaseCredentials{};
@@ -81,6 +94,7 @@ void LeaseHolder::Forget(const std::string& lease_id) {
 }
 
 std::string LeaseHolder::lease_id() {
+  if (Forked()) return "";  // the parent's lease, not this process's
   std::lock_guard<std::mutex> l(mu_);
   return lease_.lease_id;
 }

@@ -13,8 +13,12 @@
 // keeps the sessions not yet released to their time-to-live), waiting at most kCloseTimeout.
 //
 // Thread safety: Get may be called from any thread. Ownership: the stub must outlive the holder.
-// fork(): the child's copy holds no thread and no stream; destroying it there does nothing
-// (the parent's lease is the parent's).
+// fork(): the child's copy never beats, cuts or closes the parent's lease, which the parent
+// goes on holding: its Get is FAILED_PRECONDITION without an rpc (the channel's connections
+// are the parent's sockets, and gRPC does not run in a fork()ed child: a call there hangs and
+// corrupts the parent's streams, losing its lease), its lease_id() is "", Forget and
+// destruction do nothing (none of them takes the copy's lock, which the parent's thread may
+// have held at the fork).
 #pragma once
 
 #include <condition_variable>
@@ -58,6 +62,8 @@ class LeaseHolder {
 
  private:
   void Loop();
+  // True in a fork()ed child of the process that created this holder.
+  bool Forked() const;
   // One stream: attaches, then beats until it breaks or stop_. Returns how it ended.
   grpc::Status RunStream();
   // Sleeps up to `d` unless stop_ or a caller of Get waits for the lease (retry_now_); true
@@ -80,7 +86,7 @@ class LeaseHolder {
   LeaseCredentials lease_;
   grpc::ClientContext* stream_ctx_ = nullptr;  // the open stream's, for TryCancel on close
   std::thread thread_;
-  int owner_pid_ = 0;  // the process that started thread_ (a fork()ed copy must not join it)
+  const int creator_pid_;  // the process whose holder this is (a fork()ed copy is not)
 };
 
 }  // namespace dfa::client

@@ -22,6 +22,9 @@ ABSL_FLAG(int, job_timeout_s, 3600, "deadline of one worker's part of a job");
 ABSL_FLAG(int64_t, max_seq_len, int64_t{1} << 22, "largest seq_len a session may have");
 ABSL_FLAG(int, max_batch, 1024, "largest batch a session may have");
 ABSL_FLAG(int, max_heads, 1024, "largest q_heads / kv_heads a session may have");
+ABSL_FLAG(int64_t, max_documents, int64_t{1} << 20,
+          "most packed documents a session's spec may hold (spec.doc_offsets, all batch rows "
+          "together)");
 ABSL_FLAG(int, max_sessions, 1024, "open sessions the coordinator holds at most");
 ABSL_FLAG(int, max_retained_jobs, 10000, "finished jobs kept for GetJob/WatchJob");
 ABSL_FLAG(int, max_watch_streams, 4096,
@@ -134,6 +137,12 @@ int main(int argc, char** argv) {
   options.limits.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   options.limits.max_batch = absl::GetFlag(FLAGS_max_batch);
   options.limits.max_heads = absl::GetFlag(FLAGS_max_heads);
+  options.limits.max_documents = absl::GetFlag(FLAGS_max_documents);
+  if (options.limits.max_documents < 1) {
+    std::fprintf(stderr, "dfa-coordinator: --max_documents: must be >= 1, got %lld\n",
+                 static_cast<long long>(options.limits.max_documents));
+    return 2;
+  }
   options.limits.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.limits.max_watch_streams = absl::GetFlag(FLAGS_max_watch_streams);
   options.limits.max_watch_streams_per_client = absl::GetFlag(FLAGS_max_watch_streams_per_client);

@@ -12,8 +12,8 @@
 
 namespace dfa {
 
-// The spec limits (max_seq_len, max_batch, max_heads: core/spec_validation.h) and the
-// coordinator's own.
+// The spec limits (max_seq_len, max_batch, max_heads, max_documents: core/spec_validation.h)
+// and the coordinator's own.
 struct CoordinatorLimits : SpecLimits {
   int max_sessions = 1024;  // open sessions over all clients
   // Concurrent WatchJob streams over all clients and per client_id (RESOURCE_EXHAUSTED beyond).

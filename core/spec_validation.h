@@ -16,8 +16,8 @@
 namespace dfa {
 
 // Upper limits on a spec. The coordinator sets them from its flags of the same names
-// (--max_seq_len, --max_batch, --max_heads); a worker passes its own; a client passes
-// kNoSpecLimits and leaves the limits to the daemons.
+// (--max_seq_len, --max_batch, --max_heads, --max_documents; max_head_dim is the kernels'); a
+// worker passes its own; a client passes kNoSpecLimits and leaves the limits to the daemons.
 struct SpecLimits {
   int64_t max_seq_len = int64_t{1} << 22;  // tokens per session
   int max_batch = 1024;

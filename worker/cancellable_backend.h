@@ -2,11 +2,15 @@
 //
 // The plan executor checks its cancel flag only between plan steps, and one step of a long
 // sequence on a CPU worker computes for seconds. This decorator cuts every Forward and
-// Backward unit into pieces of query rows worth at most `flops_per_piece` FLOPs (rounded to
-// whole 64-row blocks) and checks `*cancel` before each piece: a cancel (CancelJob, a client
-// that went away, SIGTERM) then takes effect within one piece, about 0.1-0.3 s on a CPU.
-// Splitting by query rows is exact: each query row's output and LSE depend only on that row,
-// and dK/dV are sums over query rows (only the fp32 summation order changes).
+// Backward unit into pieces worth at most `flops_per_piece` FLOPs and checks `*cancel` before
+// each piece: a cancel (CancelJob, a client that went away, SIGTERM) then takes effect within
+// one piece, about 0.1-0.3 s on a CPU. A forward piece is a range of query rows (whole 64-row
+// blocks) over all keys: each query row's output and LSE depend only on that row. A backward
+// piece is a tile of query rows x keys, about square (keys in 64-row blocks, about
+// sqrt(flops_per_piece / FLOPs per pair) of them), tiles that see no key of theirs skipped: a
+// CPU backward call packs all its keys and adds all their dK/dV, so row pieces over every key
+// of a long unit would spend as long on that as on the work. dQ, dK and dV are sums over keys
+// and query rows: the tiles add their parts (only the fp32 summation order changes).
 // Every other call is forwarded unchanged.
 //
 // Ownership: owns `inner`; `cancel` must outlive the decorator. Thread safety: as the inner

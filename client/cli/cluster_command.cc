@@ -136,9 +136,9 @@ CommandInfo ClusterCommandInfo() {
       "Starts a coordinator and N workers as processes on free loopback ports, waits until the\n"
       "coordinator lists them all alive, prints their addresses and metrics URLs, writes them\n"
       "to an env file (shell syntax: DFA_COORDINATOR, DFA_WORKERS, DFA_COORDINATOR_METRICS,\n"
-      "DFA_WORKER_METRICS, DFA_RUN_DIR, DFA_PIDS) and stays up. Ctrl-C (or SIGTERM) stops\n"
-      "every daemon and exits 0; when a daemon exits on its own the others are stopped and the\n"
-      "exit status is 1. Words after -- go to every dfa-worker. The same launcher (and defaults)\n"
+      "DFA_WORKER_METRICS, DFA_RUN_DIR, DFA_PIDS) and stays up. Ctrl-C (SIGTERM, SIGHUP, or\n"
+      "stdout's reader gone) stops every daemon and exits 0; when a daemon exits on its own the\n"
+      "others are stopped and the exit status is 1. The daemons die with dfa (even SIGKILL). Words after -- go to every dfa-worker. The same launcher (and defaults)\n"
       "as dfa demo, dfa bench, deploy/local/cluster.sh and Python's dfa.LocalCluster.",
       {{"Cluster",
         {{"workers", "N", absl::StrCat("workers to start (default ", d.workers, ")")},

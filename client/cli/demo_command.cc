@@ -51,23 +51,24 @@ absl::Status Demo(Args& args) {
     client::ClientOptions co;
     co.coordinator = coordinator;
     co.security = cluster.security;
-    std::printf("dfa demo: against the cluster at %s\n", coordinator.c_str());
     Interrupts::Install("dfa demo", Interrupts::Mode::kCleanUpAndExit);
+    std::printf("dfa demo: against the cluster at %s\n", coordinator.c_str());
     return RunOnCluster(co, run);
   }
 
+  // A Ctrl-C (SIGTERM, SIGHUP, or the output's reader gone: SIGPIPE) while the cluster
+  // starts is acted on once it has (a half-started one cannot be stopped from here); the
+  // daemons die with this process however it dies (client/child_process.h).
+  Interrupts::Install("dfa demo", Interrupts::Mode::kFlagOnly);
   std::printf(
       "dfa demo: starting 1 coordinator and %d %s worker(s) (%d thread(s) each) on "
       "127.0.0.1\n",
       cluster.workers, cluster.backend.c_str(), cluster.threads_per_worker);
   const absl::Time t0 = absl::Now();
-  // A Ctrl-C while the cluster starts is acted on once it has (a half-started one cannot be
-  // stopped from here).
-  Interrupts::Install("dfa demo", Interrupts::Mode::kFlagOnly);
   ASSIGN_OR_RETURN(std::unique_ptr<client::LocalCluster> local,
                    client::LocalCluster::Start(cluster));
-  // On Ctrl-C, after the job's session is given back: stop the daemons (their own process
-  // group does not see the terminal's Ctrl-C).
+  // On an interrupt, after the job's session is given back: stop the daemons (their own
+  // process group does not see the terminal's Ctrl-C).
   const int stop_on_interrupt =
       Interrupts::AddCleanup("stopping the local cluster", [&local] { (void)local->Stop(); });
   Interrupts::Install("dfa demo", Interrupts::Mode::kCleanUpAndExit);
@@ -109,7 +110,8 @@ CommandInfo DemoCommandInfo() {
       "at --coordinator), runs a causal forward+backward job on random data, verifies it\n"
       "against single-device attention, prints throughput and each worker's idle fraction, and\n"
       "stops what it started. Exit status 0 only if all of it worked; Ctrl-C cancels the job,\n"
-      "releases the session, stops the daemons and exits 130.",
+      "releases the session, stops the daemons and exits 130 (SIGTERM, SIGHUP likewise, and a\n"
+      "closed output: `dfa demo | head -1` exits 141). The daemons never outlive dfa.",
       {{"Cluster",
         {CoordinatorFlag("run against this running cluster instead of starting one"),
          {"threads", "T",

@@ -1,4 +1,4 @@
-// Ctrl-C (SIGINT) and SIGTERM for the `dfa` commands.
+// Ctrl-C (SIGINT), SIGTERM, SIGHUP and a closed output (SIGPIPE) for the `dfa` commands.
 //
 // Mode kCleanUpAndExit (dfa submit, demo, bench): on the first signal a watcher thread runs the
 // registered clean-ups, latest first (a ClusterHold cancels its job and releases its session;
@@ -10,6 +10,14 @@
 // Mode kFlagOnly (dfa cluster; any command while it starts a local cluster): a signal only sets
 // Requested() and wakes WaitFor(); the command stops by itself. Without Install() the default
 // actions stay (the process dies).
+//
+// SIGHUP (the terminal went away) is one more such signal. A closed output is another: when
+// stdout or stderr has lost its reader (`dfa demo | head -1` once head has exited) — seen on
+// the SIGPIPE of a write, or by the watcher's look every 200 ms while nothing is written — it
+// is an interrupt like the others, as SIGPIPE (exit 141 in mode kCleanUpAndExit, the clean-ups
+// run first). A SIGPIPE from a connection is ignored (the write fails with EPIPE). A second
+// signal exits at once; SIGPIPE never counts as that second signal (writes to the broken
+// output repeat it).
 //
 // The signal handler only writes to a pipe (async-signal-safe); all work is on the watcher
 // thread. Process-wide state.
@@ -26,7 +34,7 @@ class Interrupts {
  public:
   enum class Mode { kCleanUpAndExit, kFlagOnly };
 
-  // Installs the handlers for SIGINT and SIGTERM; `command` names the program in messages
+  // Installs the handlers for SIGINT, SIGTERM, SIGHUP and SIGPIPE; `command` names the program in messages
   // ("dfa submit"). Later calls change only the mode and the name.
   static void Install(const std::string& command, Mode mode);
   static bool Installed();

@@ -155,7 +155,8 @@ class BlipProxy {
       for (int i = 0; i < 2 && !done; ++i) {
         if (fds[i].revents == 0) continue;
         const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-        done = n <= 0 || write(fds[1 - i].fd, buf, static_cast<size_t>(n)) != n;
+        // send(MSG_NOSIGNAL): a peer that is gone fails the write instead of raising SIGPIPE.
+        done = n <= 0 || send(fds[1 - i].fd, buf, static_cast<size_t>(n), MSG_NOSIGNAL) != n;
       }
       if (done) break;
     }

@@ -1,11 +1,14 @@
-// CancellableBackend: cutting units into query-row pieces gives the same forward and backward
-// results as the whole unit, and a cancel set while a unit runs stops it at the next piece.
+// CancellableBackend: cutting units into pieces (forward: query rows; backward: tiles of query
+// rows x keys, tiles that see nothing skipped) gives the same forward and backward results as
+// the whole unit, under a causal and an interval mask, and a cancel set while a unit runs stops
+// it at the next piece.
 #include "worker/cancellable_backend.h"
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "core/mask.h"
 #include "gtest/gtest.h"
 
 namespace dfa {
@@ -61,10 +64,14 @@ Tensors MakeTensors(int64_t m, int64_t n, uint32_t seed) {
 
 // Forward, delta and backward of one causal unit whose query rows start at q_row0 = n - m
 // (the diagonal-and-below case, so pieces see different numbers of keys).
-absl::Status RunUnit(AttentionBackend* be, Tensors* t) {
+absl::Status RunUnit(AttentionBackend* be, Tensors* t, const MaskIntervalArrays* iv = nullptr) {
   ForwardArgs f;
   f.scale = 1.f / std::sqrt(float{kD});
   f.mask = MaskKind::kCausal;
+  if (iv != nullptr) {
+    f.mask = MaskKind::kIntervals;
+    f.intervals = {iv->q_lo.data(), iv->q_hi.data(), iv->k_lo.data(), iv->k_hi.data(), iv->seq};
+  }
   f.q = t->View(t->q, t->m, kHq);
   f.q_row0 = t->n - t->m;
   f.k = t->View(t->k, t->n, kHkv);
@@ -77,6 +84,7 @@ absl::Status RunUnit(AttentionBackend* be, Tensors* t) {
   BackwardArgs b;
   b.scale = f.scale;
   b.mask = f.mask;
+  b.intervals = f.intervals;
   b.q = f.q;
   b.q_row0 = f.q_row0;
   b.k = f.k;
@@ -119,6 +127,30 @@ TEST(CancellableBackendTest, PiecesGiveTheSameResultsAsWholeUnits) {
   const double per_piece = 4.0 * kB * kHq * kD * 64 * n * 2;
   CancellableBackend be(Cpu(), &cancel, per_piece);
   ASSERT_TRUE(RunUnit(&be, &cut).ok());
+  ExpectNear(cut.out, whole.out, "out");
+  ExpectNear(cut.lse, whole.lse, "lse");
+  ExpectNear(cut.dq, whole.dq, "dq");
+  ExpectNear(cut.dk, whole.dk, "dk");
+  ExpectNear(cut.dv, whole.dv, "dv");
+}
+
+// Documents and a sliding window over the unit's 640 positions: many backward tiles see no key
+// of theirs (skipped), and pieces end where the window has passed.
+TEST(CancellableBackendTest, TilesUnderAnIntervalMaskGiveTheSameResults) {
+  constexpr int64_t m = 448, n = 640;
+  MaskSpec mask;
+  mask.causal = true;
+  mask.window_left = 150;
+  mask.doc_offsets = {{0, 100, 130, 400, 401, n}};
+  ASSERT_TRUE(ValidateMask(mask, kB, n).ok());
+  const MaskIntervalArrays iv = BuildMaskIntervals(mask, kB, n);
+  Tensors whole = MakeTensors(m, n, 11), cut = MakeTensors(m, n, 11);
+  auto plain = Cpu();
+  ASSERT_NE(plain, nullptr);
+  ASSERT_TRUE(RunUnit(plain.get(), &whole, &iv).ok());
+  std::atomic<bool> cancel{false};
+  CancellableBackend be(Cpu(), &cancel, 4.0 * kB * kHq * kD * 64 * 64);
+  ASSERT_TRUE(RunUnit(&be, &cut, &iv).ok());
   ExpectNear(cut.out, whole.out, "out");
   ExpectNear(cut.lse, whole.lse, "lse");
   ExpectNear(cut.dq, whole.dq, "dq");

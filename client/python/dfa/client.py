@@ -18,12 +18,56 @@ Lifetime: a Session is released by release(), by leaving its `with` block, or wh
 collected; the coordinator's session TTL covers a crashed client.
 Errors: dfa.DfaError with the status code's name; dfa.InvalidArgumentError (a ValueError)
 naming the argument or field for bad inputs, before anything is sent.
+fork(): gRPC connections do not survive it (a call in the child hangs and corrupts the
+parent's streams, losing the parent's client lease and sessions). In a fork()ed child of a
+process that made a Client, every call on the parent's Clients and Sessions, and a new Client,
+is FAILED_PRECONDITION before anything is sent, and the parent's objects are never released
+from the child; the parent's lease and sessions stay the parent's. Use Clients in processes
+that are started, not forked (multiprocessing's 'spawn' or 'forkserver'); each holds its own
+lease.
 """
+
+import ctypes
+import os
+import weakref
 
 from dfa import _dfa
 from dfa.spec import DO, DQ, DK, DV, K, LSE, O, Q, V, AttentionSpec  # noqa: F401
 
 _SCHEDULES = ("", "balanced", "ring", "distflash", "zigzag", "heads", "auto")
+
+
+# The process whose Clients and Sessions these are (the first to make a Client), and the live
+# ones, pinned in a fork()ed child so that none is destroyed there (their destructors would call
+# the cluster through the parent's connections).
+_owner_pid = None
+_live = weakref.WeakSet()
+
+
+def _pin_after_fork():
+    for obj in list(_live):
+        native = getattr(obj, "_c", None) or getattr(obj, "_s", None)
+        if native is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(native))
+
+
+os.register_at_fork(after_in_child=_pin_after_fork)
+
+
+def _forked_child():
+    return _owner_pid is not None and os.getpid() != _owner_pid
+
+
+def _check_process(what):
+    """FAILED_PRECONDITION naming `what` in a fork()ed child of the process that made Clients."""
+    if _forked_child():
+        from dfa.errors import DfaError
+        raise DfaError("FAILED_PRECONDITION",
+                       "%s: this process (%d) was fork()ed from %d, which uses the dfa client; "
+                       "gRPC connections do not survive fork() (using them here would break the "
+                       "parent's client lease and sessions): use the Client in a process that is "
+                       "started, not forked (multiprocessing 'spawn' or 'forkserver')"
+                       % (what, os.getpid(), _owner_pid))
 
 
 def _check_schedule(schedule):
@@ -44,10 +88,15 @@ class Client:
 
     def __init__(self, coordinator, client_id="", token="", tls_cert="", tls_key="", tls_ca="",
                  tls_server_name="", rpc_timeout=30.0, job_timeout=1800.0):
+        global _owner_pid
         if not isinstance(coordinator, str):
             from dfa.errors import InvalidArgumentError
             raise InvalidArgumentError("INVALID_ARGUMENT", "coordinator: expected a 'host:port' "
                                        "string, got %s" % type(coordinator).__name__)
+        _check_process("dfa.Client")
+        if _owner_pid is None:
+            _owner_pid = os.getpid()
+        _live.add(self)
         self._c = _dfa.Client.connect(coordinator, client_id=client_id or "",
                                       rpc_timeout=float(rpc_timeout),
                                       job_timeout=float(job_timeout), tls_cert=tls_cert or "",
@@ -59,22 +108,27 @@ class Client:
 
     def list_workers(self):
         """The coordinator's workers, as dicts (worker_id, address, host, backend, alive, ...)."""
+        _check_process("Client.list_workers")
         return self._c.list_workers()
 
     def status(self):
         """ClusterStatus as a dict (live_workers, sessions, jobs_running, ...)."""
+        _check_process("Client.status")
         return self._c.status()
 
     def get_job(self, job_id):
+        _check_process("Client.get_job")
         return self._c.get_job(job_id)
 
     def cancel_job(self, job_id):
+        _check_process("Client.cancel_job")
         return self._c.cancel_job(job_id)
 
     def wait_ready(self, workers=1, timeout=30.0):
         """Blocks until the coordinator answers and lists at least `workers` live workers."""
         import time
         from dfa.errors import DfaError, DeadlineExceededError
+        _check_process("Client.wait_ready")
         deadline = time.monotonic() + timeout
         self._c.wait_for_coordinator(timeout)
         while True:
@@ -103,12 +157,14 @@ class Client:
         if not isinstance(spec, AttentionSpec):
             raise TypeError("spec: expected dfa.AttentionSpec, got %s" % type(spec).__name__)
         _check_schedule(schedule)
+        _check_process("Client.create_session")
         s = self._c.create_session(**spec.as_dict(), num_workers=num_workers, schedule=schedule,
                                    ttl_seconds=ttl_seconds)
         return Session(self, spec, s)
 
     def submit_job(self, session_id, kind):
         """SubmitJob on `session_id` as this client (a session of another client is refused)."""
+        _check_process("Client.submit_job")
         return self._c.submit_job(session_id, kind)
 
     def close(self):
@@ -128,6 +184,7 @@ class Session:
         self.client = client
         self.spec = spec
         self._s = native
+        _live.add(self)
         self.id = native.id
         self.shards = native.shards
         self.ranges = [s["owned"] for s in self.shards]
@@ -141,6 +198,7 @@ class Session:
         return len(self.shards)
 
     def _check_open(self):
+        _check_process("session %s" % self.id)
         if self.released:
             from dfa.errors import DfaError
             raise DfaError("FAILED_PRECONDITION", "session: %s was released" % self.id)
@@ -179,6 +237,7 @@ class Session:
         return self._s.submit(kind)
 
     def watch(self, job_id):
+        _check_process("session %s" % self.id)
         return self._s.watch(job_id)
 
     def forward(self, q, k, v, download_lse=True):
@@ -200,8 +259,9 @@ class Session:
         return self.download(DQ), self.download(DK), self.download(DV)
 
     def release(self):
-        """Frees the session on the cluster. Idempotent."""
-        if self.released:
+        """Frees the session on the cluster. Idempotent. In a fork()ed child: nothing (the
+        session is the parent's)."""
+        if self.released or _forked_child():
             return
         self.released = True
         self._s.release()

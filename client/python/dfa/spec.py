@@ -177,7 +177,10 @@ class AttentionSpec:
                 (self.causal or self.window_right < 0))
 
     def forward_flops(self):
-        """4·B·H·S²·D, halved when causal; backward is 2.5x. (Dense masks; a masked spec's
-        figure is the dense one's, not its visible pairs'.)"""
-        f = 4.0 * self.batch * self.q_heads * float(self.seq_len) ** 2 * self.head_dim
-        return f / 2 if self.causal else f
+        """FLOPs of the whole forward: 4·B·Hq·D per (query, key) pair the mask lets through
+        (causal: S(S+1)/2 pairs per row, the diagonal included; documents and windows count
+        only their visible pairs); a backward costs 2.5x. The service's own count
+        (core/spec_validation.h SpecForwardFlops through the extension), so it equals a
+        job's `flops`."""
+        from dfa import _dfa
+        return _dfa.spec_forward_flops(self.as_dict())

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "binding_util.h"
+#include "core/spec_validation.h"
 
 namespace dfa::python {
 void BindClient(nb::module_& m);
@@ -41,5 +42,10 @@ NB_MODULE(_dfa, m) {
         nb::arg("doc_offsets") = std::vector<std::vector<int64_t>>{},
         nb::arg("window_left") = -1, nb::arg("window_right") = -1,
         "Raises dfa.InvalidArgumentError with the service's message when the spec is invalid.");
+  m.def("spec_forward_flops",
+        [](const nb::dict& spec) { return dfa::SpecForwardFlops(SpecFromDict(spec)); },
+        nb::arg("spec"),
+        "SpecForwardFlops (core/spec_validation.h) of a dict of AttentionSpec fields: the FLOPs "
+        "of the whole forward, visible pairs under the mask only.");
   m.def("host_name", [] { return dfa::client::LocalHostName(); });
 }
