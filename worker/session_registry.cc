@@ -102,9 +102,8 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
   // region its plan needs, the backward's key chunk, the executor's peak scratch.
   ASSIGN_OR_RETURN(const WorkerMemory memory,
                    PlanWorkerMemory(*plan, req.rank(), shape, *report, step_tokens_));
-  // A masked spec's interval arrays (worker/session_mask.h) besides.
-  const int64_t bytes =
-      memory.peak() + SessionMask::Bytes(mask_spec, shape.batch, req.spec().seq_len());
+  // A masked spec's interval arrays (worker/session_mask.h) are part of it (WorkerMemory::mask).
+  const int64_t bytes = memory.peak();
   {
     std::lock_guard<std::mutex> l(mu_);
     if (sessions_.count(req.session_id())) {

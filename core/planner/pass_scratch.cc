@@ -43,8 +43,9 @@ std::vector<Part> Parts(PlanTensor t, const AttentionShape& s, int64_t rows) {
 // plan_executor.cc runs them (step_groups.h, pass_buffers.h): receive buffers (adjacent K/V
 // messages of one peer and group in one buffer, batch 1) from their group's preparation to the
 // end of their last use; packed sends from their preparation to their step's wait; partials
-// from their first compute to the end of the step after their last send; received partials
-// from their late group's posting to its merge. Returns the most alive at once.
+// from their first compute to the wait of their last send's group (after that step's
+// computes); received partials from their late group's posting to its merge (the same point).
+// Returns the most alive at once.
 class PassModel {
  public:
   PassModel(const Plan& plan, int rank, const AttentionShape& shape, bool fwd, int64_t start)
@@ -70,11 +71,13 @@ class PassModel {
     PostLate(0);
     for (int t = 0; t < T; ++t) {
       Free(staging_[t]);  // WaitEarly(t)
-      if (t >= 1) Free(arrivals_[t - 1]);  // FinishLate(t - 1)
       for (int u = t + 1; u < T; ++u) {
         if (HasLead(u, u - 1 - t)) PrepareEarly(u, u - 1 - t);
       }
       Compute(t);
+      // FinishLate(t): its arrivals merged, the partials it sent free.
+      Free(arrivals_[t]);
+      ReleaseSent(t);
       if (t + 1 < T) PostLate(t + 1);
       Release(t);
     }
@@ -221,6 +224,16 @@ class PassModel {
       if (found == nullptr) continue;
       found->rows_unsent -= x.rows.size();
       if (found->rows_unsent <= 0) found->free_after = t;
+    }
+  }
+  void ReleaseSent(int t) {
+    for (auto it = partials_.begin(); it != partials_.end();) {
+      if (it->free_after <= t) {
+        Free(it->bytes);
+        it = partials_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   void Release(int t) {

@@ -68,6 +68,11 @@ int64_t PassBuffers::LiveBytes() const {
   return live;
 }
 
+void PassBuffers::ReleaseSent(int t) {
+  auto sent = [t](const std::unique_ptr<Buffer>& b) { return b->free_after <= t; };
+  partials_.erase(std::remove_if(partials_.begin(), partials_.end(), sent), partials_.end());
+}
+
 void PassBuffers::ReleaseAfterStep(int t) {
   auto unused = [t](const std::unique_ptr<Buffer>& b) { return b->free_after <= t; };
   received_.erase(std::remove_if(received_.begin(), received_.end(), unused), received_.end());

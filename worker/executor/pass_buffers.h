@@ -5,7 +5,8 @@
 //                     computes with them or forwards them (Buffer::free_after);
 //   partials          O/LSE, dQ or dK/dV a worker computes for rows it does not own; created
 //                     zeroed (LSE -inf) by the first compute on them, kept until their last
-//                     rows are sent, and released one step later, after that send's wait.
+//                     rows are sent, and released as soon as that send's group is waited for
+//                     (the start of the next step).
 // PassBuffers holds both and releases them at the end of each step.
 #pragma once
 
@@ -64,8 +65,10 @@ class PassBuffers {
   Buffer* PartialContaining(PlanTensor t, const RowRange& rows);
   // Bytes of the received buffers and partials alive now.
   int64_t LiveBytes() const;
-  // End of step t: releases the received buffers no later step uses and the partials whose
-  // last send was posted before step t (that send's group was waited for in step t).
+  // Step t's late group was waited for: releases the partials whose last send it carried.
+  void ReleaseSent(int t);
+  // End of step t: releases the received buffers no later step uses (and any partial whose
+  // last send was posted before step t).
   void ReleaseAfterStep(int t);
 
  private:

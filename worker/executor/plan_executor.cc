@@ -35,7 +35,8 @@ class PassRunner {
  public:
   PassRunner(AttentionBackend* backend, Transport* transport, SessionStorage* storage,
              const ExecutorOptions& options, const Plan& plan, bool fwd)
-      : ctx_(backend, transport, storage, options, plan, fwd), buffers_(&ctx_),
+      : run_(CutTransfers(plan, options.transfer_cut)),
+        ctx_(backend, transport, storage, options, run_, fwd), buffers_(&ctx_),
         groups_(&ctx_, &buffers_), acc_(&ctx_), compute_(&ctx_, &buffers_, &acc_) {}
 
   absl::StatusOr<PassStats> Run();
@@ -45,10 +46,15 @@ class PassRunner {
   absl::Status CheckFits() const;
   // One step: wait for its data, post later steps' groups, queue its computes.
   absl::Status RunStep(int t);
+  // Waits for step t's late group and merges what it brought; the partials it sent are free.
   absl::Status FinishLate(int t) {
-    return groups_.FinishLate(t, [this](const Buffer& a) { return compute_.Merge(a); });
+    RETURN_IF_ERROR(
+        groups_.FinishLate(t, [this](const Buffer& a) { return compute_.Merge(a); }));
+    buffers_.ReleaseSent(t);
+    return absl::OkStatus();
   }
 
+  const Plan run_;  // the plan as it runs (CutTransfers)
   PassContext ctx_;
   PassBuffers buffers_;
   StepGroups groups_;
@@ -87,9 +93,6 @@ absl::Status PassRunner::RunStep(int t) {
   const int T = static_cast<int>(ctx_.steps().size());
   double t0 = Now();
   RETURN_IF_ERROR(groups_.WaitEarly(t));
-  // Step t-1's partials were posted after step t-2's computes and travelled during step
-  // t-1's: waited for and merged only now (see the header).
-  if (t >= 1) RETURN_IF_ERROR(FinishLate(t - 1));
   double t1 = Now();
   s.idle_seconds = t1 - t0;
   // Step t+1's early group travels during step t's computes. A GPU transport takes a mark
@@ -116,8 +119,15 @@ absl::Status PassRunner::RunStep(int t) {
     ctx_.transport->ClearReadyMark();
   }
   ctx_.stats.peak_scratch_bytes = std::max(ctx_.stats.peak_scratch_bytes, buffers_.LiveBytes());
+  // Step t's partials were posted after step t-1's computes and travelled during step t's:
+  // waited for and merged now, before step t+1's are posted (see the header), so that the
+  // buffers of one late group are alive at a time.
+  const double t2 = Now();
+  RETURN_IF_ERROR(FinishLate(t));
+  const double t3 = Now();
+  s.idle_seconds += t3 - t2;
   if (t + 1 < T) RETURN_IF_ERROR(groups_.PostLate(t + 1));
-  s.busy_seconds = Now() - t1;
+  s.busy_seconds = Now() - t1 - (t3 - t2);
   // Release what this step was the last to use (sends of step t completed in the Wait above).
   buffers_.ReleaseAfterStep(t);
   return absl::OkStatus();
@@ -150,11 +160,6 @@ absl::StatusOr<PassStats> PassRunner::Run() {
       return absl::CancelledError(absl::StrCat("cancelled before step ", t));
     }
     RETURN_IF_ERROR(RunStep(t));
-  }
-  if (T > 0) {
-    const double t0 = Now();
-    RETURN_IF_ERROR(FinishLate(T - 1));
-    ctx_.stats.steps[T - 1].idle_seconds += Now() - t0;
   }
   RETURN_IF_ERROR(acc_.Finish());
   // GPU transports: a failure after the last Wait() surfaces here (NcclTransport).

@@ -1,6 +1,11 @@
 // PlanExecutor: runs ONE worker's steps of one pass (forward or backward) of a Plan
 // (core/planner/plan.h) with an AttentionBackend and a Transport.
 //
+// The plan it runs is CutTransfers(plan, options.transfer_cut) (core/planner/worker_memory.h):
+// the same units, every received row straight from its owner, steps with large receives cut
+// into steps of bounded receives, partials returned one step after their last unit. The steps
+// below (and PassStats::steps) are the cut plan's.
+//
 // Overlap (the paper's idea 2): step t+1's non-partial receives and sends (owned rows, buffers
 // received earlier) are posted as one transport group (the "early" group) *before* step t
 // computes, and waited for before step t+1 computes. (GPU transports: the group's readiness is
@@ -10,9 +15,9 @@
 // start of step p, the groups (step u, lead u-1-p) for u = p+1, p+2, ... in that order.
 // Step t+1's partials (kOutPartial, kDqPartial, kDkvPartial), sends and receives both, are
 // posted as a second ("late") group right after step t's computes are queued, and waited for
-// (and merged into the accumulators) only at the start of step t+2 (after the last step: at
-// the end of the pass), so a partial travels while the step that sends it computes and never
-// delays it. Every worker posts the groups in the same order (early t+1, late t+1, early t+2,
+// (and merged into the accumulators) right after step t+1's computes are queued, before step
+// t+2's late group is posted, so a partial travels while the step that sends it computes, never
+// delays it, and one late group's buffers are alive at a time. Every worker posts the groups in the same order (early t+1, late t+1, early t+2,
 // ...) and each group's messages match only messages of the same kind of group of the same
 // step on the peers, so even a transport that runs groups one after another (NCCL on one
 // stream) cannot deadlock, including two workers exchanging partials in one step. The per-pair
@@ -68,6 +73,10 @@ struct ExecutorOptions {
   // Key rows per chunk of a chunked backward (a storage without fp32 dK/dV accumulators:
   // core/planner/worker_memory.h ChunkedBackward); must match what the storage was sized for.
   int64_t step_tokens = kDefaultStepTokens;
+  // How the passes' transfers are cut into steps (core/planner/worker_memory.h CutTransfers):
+  // the executor runs CutTransfers(plan, transfer_cut). Every worker of a session must use the
+  // same figures, and admission (PlanWorkerMemory) the same.
+  TransferCut transfer_cut;
   // A masked plan (Plan::mask() == kIntervals: documents, a window): the session's interval
   // arrays in the backend's memory (worker/session_mask.h), passed to every unit. Dense plans
   // leave them null and call kFull / kCausal.

@@ -1,6 +1,8 @@
 #include "worker/executor/simulator.h"
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -57,7 +59,7 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
   check.shape = shape;
   ASSIGN_OR_RETURN(const CheckReport report, CheckPlan(plan, check));
   ASSIGN_OR_RETURN(const WorkerMemory memory,
-                   PlanWorkerMemory(plan, w, local, report, opt.step_tokens));
+                   PlanWorkerMemory(plan, w, local, report, opt.step_tokens, opt.transfer_cut));
   out->predicted_bytes[w] = memory.peak();
   ASSIGN_OR_RETURN(std::unique_ptr<SessionStorage> st,
                    SessionStorage::Create(backend.get(), local, plan.workers[w].owned,
@@ -71,19 +73,32 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
   eo.softmax_scale = opt.softmax_scale;
   eo.step_timeout = opt.step_timeout;
   eo.step_tokens = opt.step_tokens;
-  // A masked plan (documents, window): the interval arrays every unit reads, in host memory
-  // (a host backend), outside the measured storage.
-  MaskIntervalArrays mask_arrays;
+  eo.transfer_cut = opt.transfer_cut;
+  // A masked plan (documents, window): the interval arrays every unit reads, in the backend's
+  // memory as a worker holds them (worker/session_mask.h: one block of q_lo, q_hi, k_lo, k_hi),
+  // counted in the measured peak as in the charge (WorkerMemory::mask).
+  std::unique_ptr<void, std::function<void(void*)>> mask_block(nullptr, [](void*) {});
+  int64_t mask_bytes = 0;
   if (plan.mask() == MaskKind::kIntervals) {
-    mask_arrays = BuildMaskIntervals(plan.Mask(), shape.batch, S);
-    eo.mask_intervals = {mask_arrays.q_lo.data(), mask_arrays.q_hi.data(),
-                         mask_arrays.k_lo.data(), mask_arrays.k_hi.data(), mask_arrays.seq};
+    const MaskIntervalArrays a = BuildMaskIntervals(plan.Mask(), shape.batch, S);
+    const size_t n = a.q_lo.size();
+    mask_bytes = static_cast<int64_t>(4 * n * sizeof(int32_t));
+    ASSIGN_OR_RETURN(void* p, backend->Alloc(static_cast<size_t>(mask_bytes)));
+    mask_block = std::unique_ptr<void, std::function<void(void*)>>(
+        p, [b = backend.get()](void* q) { b->Free(q); });
+    int32_t* base = static_cast<int32_t*>(p);
+    const std::vector<int32_t>* arrays[] = {&a.q_lo, &a.q_hi, &a.k_lo, &a.k_hi};
+    for (int i = 0; i < 4; ++i) {
+      RETURN_IF_ERROR(backend->Copy(base + i * n, arrays[i]->data(), n * sizeof(int32_t),
+                                    AttentionBackend::CopyKind::kHostToDevice, nullptr));
+    }
+    eo.mask_intervals = {base, base + n, base + 2 * n, base + 3 * n, a.seq};
   }
   PlanExecutor ex(backend.get(), transport.get(), st.get(), eo);
   // Measured from here: the session's storage and what its passes allocate.
   ASSIGN_OR_RETURN(out->forward[w], ex.RunForward(plan));
   out->peak_bytes[w] = backend->peak_bytes();
-  out->forward_peak_bytes[w] = backend->peak_bytes() - st->bytes();
+  out->forward_peak_bytes[w] = backend->peak_bytes() - st->bytes() - mask_bytes;
   RETURN_IF_ERROR(Move(*backend, Global(out->out, shape, S, hq, q0, nq), st->o(), *st, false));
   // LSE: [B, Hq, S] global from [B, nq, rows] local, range by range.
   int64_t at = 0;
@@ -104,7 +119,7 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
   backend->ResetPeak();
   ASSIGN_OR_RETURN(out->backward[w], ex.RunBackward(plan));
   out->peak_bytes[w] = std::max(out->peak_bytes[w], backend->peak_bytes());
-  out->backward_peak_bytes[w] = backend->peak_bytes() - st->bytes();
+  out->backward_peak_bytes[w] = backend->peak_bytes() - st->bytes() - mask_bytes;
   RETURN_IF_ERROR(Move(*backend, Global(out->dq, shape, S, hq, q0, nq), st->dq(), *st, false));
   RETURN_IF_ERROR(Move(*backend, Global(out->dk, shape, S, hk, k0, nk), st->dk(), *st, false));
   RETURN_IF_ERROR(Move(*backend, Global(out->dv, shape, S, hk, k0, nk), st->dv(), *st, false));

@@ -46,6 +46,8 @@ struct SimulationOptions {
   // Key rows per chunk of a chunked backward (each worker's storage has the layout its plan
   // needs: PlanWorkerMemory).
   int64_t step_tokens = kDefaultStepTokens;
+  // How the executors cut transfers into steps (and admission counts them): ExecutorOptions.
+  TransferCut transfer_cut;
 };
 
 // INVALID_ARGUMENT for inputs of the wrong size, a bad shape or a worker's kv head range outside

@@ -4,8 +4,8 @@
 //                 prepared and posted at the start of step t-1-L (before the pass for t-1-L <
 //                 0), waited for at the start of step t;
 //   late group    its partials (O/LSE, dQ, dK/dV), posted right after step t-1's computes are
-//                 queued and waited for at the start of step t+1 (the last step's: at the end
-//                 of the pass), when what it brought is merged.
+//                 queued and waited for right after step t's (before step t+1's late group is
+//                 posted), when what it brought is merged.
 // Preparing a group allocates its receive buffers (PassBuffers; adjacent K/V messages from one
 // peer share one buffer so their ops can fuse) and its sends: owned storage, a buffer received
 // earlier (forwarding) or a partial, packed into a dense staging buffer where not contiguous.

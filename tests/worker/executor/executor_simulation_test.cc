@@ -12,6 +12,7 @@
 #include "core/planner/plan_checker.h"
 #include "core/planner/plan_builder.h"
 #include "core/planner/planner.h"
+#include "core/planner/worker_memory.h"
 #include "gtest/gtest.h"
 #include "kernels/reference/reference_attention.h"
 #include "tests/worker/executor/simulation_test_util.h"
@@ -214,6 +215,17 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   // worker) run their backward chunk by chunk (worker/executor/pass_accumulators.h).
   SimulationOptions opt;
   opt.step_tokens = 5;
+  // Receives cut to a quarter of the receiver's shard per step (at least 2 rows): every
+  // schedule runs as CutTransfers makes it (core/planner/worker_memory.h), which must pass
+  // CheckPlan as it is.
+  opt.transfer_cut = TransferCut{4, 2, 1 << 20};
+  {
+    CheckOptions cut_check;
+    cut_check.shape = full;
+    const absl::StatusOr<CheckReport> cut_ok =
+        CheckPlan(CutTransfers(*plan, opt.transfer_cut), cut_check);
+    ASSERT_TRUE(cut_ok.ok()) << cut_ok.status();
+  }
   absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in, opt);
   ASSERT_TRUE(sim.ok()) << sim.status();
 

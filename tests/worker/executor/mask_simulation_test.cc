@@ -12,6 +12,7 @@
 #include "core/planner/plan_checker.h"
 #include "core/planner/plan_coalescing.h"
 #include "core/planner/planner.h"
+#include "core/planner/worker_memory.h"
 #include "gtest/gtest.h"
 #include "kernels/reference/reference_attention.h"
 #include "tests/worker/executor/simulation_test_util.h"
@@ -78,6 +79,14 @@ TEST_P(MaskSimulationTest, MatchesReferenceUnderTheMask) {
   SimulationInputs in{Random(nq, rng), Random(nk, rng), Random(nk, rng), Random(nq, rng)};
   SimulationOptions opt;
   opt.step_tokens = 7;
+  // Receives cut to a quarter of the shard per step (CutTransfers): parts of units the mask
+  // hides are dropped, and the cut plan passes CheckPlan under the mask.
+  opt.transfer_cut = TransferCut{4, 2, 1 << 20};
+  {
+    const absl::StatusOr<CheckReport> cut_ok =
+        CheckPlan(CutTransfers(*plan, opt.transfer_cut), check);
+    ASSERT_TRUE(cut_ok.ok()) << cut_ok.status();
+  }
   absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in, opt);
   ASSERT_TRUE(sim.ok()) << sim.status();
 
