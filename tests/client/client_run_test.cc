@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "coordinator/coordinator_server.h"
+#include "coordinator_test_util.h"
 #include "fake_worker.h"
 #include "gtest/gtest.h"
 
@@ -17,28 +18,13 @@ namespace {
 
 using dfa::testing::FakeWorker;
 using dfa::testing::FakeWorkerOptions;
-
-v1::AttentionSpec Spec() {
-  v1::AttentionSpec s;
-  s.set_batch(1);
-  s.set_q_heads(8);
-  s.set_kv_heads(2);
-  s.set_head_dim(64);
-  s.set_seq_len(4096);
-  s.set_causal(true);
-  s.set_dtype(v1::DTYPE_BF16);
-  return s;
-}
+using dfa::testing::GoodSpec;
+using dfa::testing::TestOptions;
 
 class ClientRunTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorOptions o;
-    o.listen = "127.0.0.1:0";
-    o.lease = absl::Seconds(30);
-    o.tick = absl::Milliseconds(20);
-    o.rpc_timeout = absl::Seconds(2);
-    server_ = std::make_unique<CoordinatorServer>(o);
+    server_ = std::make_unique<CoordinatorServer>(TestOptions());
     ASSERT_TRUE(server_->Start().ok());
     for (int i = 0; i < 2; ++i) {
       FakeWorkerOptions w;
@@ -54,7 +40,7 @@ class ClientRunTest : public ::testing::Test {
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
     SessionOptions so;
-    so.spec = Spec();
+    so.spec = GoodSpec();
     auto session = client_->CreateSession(so);
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = *std::move(session);

@@ -11,16 +11,14 @@
 #include "core/planner/plan_coalescing.h"
 #include "core/planner/planner.h"
 #include "gtest/gtest.h"
-#include "kernels/reference/reference_attention.h"
 #include "tests/worker/executor/simulation_test_util.h"
 #include "worker/executor/simulator.h"
 
 namespace dfa {
 namespace {
 
-using testing_util::HostView;
+using testing_util::ExpectMatchesMaskedReference;
 using testing_util::Random;
-using testing_util::WorstError;
 
 TEST(DocumentPlanSimulationTest, MatchesReferenceUnderTheMask) {
   const AttentionShape shape{1, 4, 2, 16, DType::kF32};
@@ -60,24 +58,7 @@ TEST(DocumentPlanSimulationTest, MatchesReferenceUnderTheMask) {
           SimulationInputs in{Random(nq, rng), Random(nk, rng), Random(nk, rng), Random(nq, rng)};
           absl::StatusOr<SimulationResult> sim = Simulate(plan, shape, in);
           ASSERT_TRUE(sim.ok()) << sim.status();
-          reference::Problem pr;
-          pr.q = HostView(in.q, 1, S, shape.q_heads, shape.head_dim);
-          pr.k = HostView(in.k, 1, S, shape.kv_heads, shape.head_dim);
-          pr.v = HostView(in.v, 1, S, shape.kv_heads, shape.head_dim);
-          pr.mask = MaskKind::kIntervals;
-          pr.spec = &mask;
-          pr.seq = S;
-          pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
-          absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
-          ASSERT_TRUE(ref.ok()) << ref.status();
-          absl::StatusOr<reference::Gradients> grads =
-              reference::Backward(pr, HostView(in.dout, 1, S, shape.q_heads, shape.head_dim));
-          ASSERT_TRUE(grads.ok()) << grads.status();
-          EXPECT_LE(WorstError(sim->out, ref->out, 1e-5, 1e-4), 1.0) << "output";
-          EXPECT_LE(WorstError(sim->lse, ref->lse, 1e-5, 1e-4), 1.0) << "lse";
-          EXPECT_LE(WorstError(sim->dq, grads->dq, 1e-4, 1e-3), 1.0) << "dq";
-          EXPECT_LE(WorstError(sim->dk, grads->dk, 1e-4, 1e-3), 1.0) << "dk";
-          EXPECT_LE(WorstError(sim->dv, grads->dv, 1e-4, 1e-3), 1.0) << "dv";
+          ExpectMatchesMaskedReference(*sim, in, shape, mask, S);
         }
       }
     }

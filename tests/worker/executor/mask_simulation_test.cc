@@ -14,16 +14,14 @@
 #include "core/planner/planner.h"
 #include "core/planner/worker_memory.h"
 #include "gtest/gtest.h"
-#include "kernels/reference/reference_attention.h"
 #include "tests/worker/executor/simulation_test_util.h"
 #include "worker/executor/simulator.h"
 
 namespace dfa {
 namespace {
 
-using testing_util::HostView;
+using testing_util::ExpectMatchesMaskedReference;
 using testing_util::Random;
-using testing_util::WorstError;
 
 struct MaskCase {
   const char* name;
@@ -90,24 +88,8 @@ TEST_P(MaskSimulationTest, MatchesReferenceUnderTheMask) {
   absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in, opt);
   ASSERT_TRUE(sim.ok()) << sim.status();
 
-  reference::Problem pr;
-  pr.q = HostView(in.q, 1, kSeq, shape.q_heads, shape.head_dim);
-  pr.k = HostView(in.k, 1, kSeq, shape.kv_heads, shape.head_dim);
-  pr.v = HostView(in.v, 1, kSeq, shape.kv_heads, shape.head_dim);
-  pr.mask = MaskKind::kIntervals;
-  pr.spec = &mask;
-  pr.seq = kSeq;
-  pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
-  absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  absl::StatusOr<reference::Gradients> grads =
-      reference::Backward(pr, HostView(in.dout, 1, kSeq, shape.q_heads, shape.head_dim));
-  ASSERT_TRUE(grads.ok()) << grads.status();
-  EXPECT_LE(WorstError(sim->out, ref->out, 1e-5, 1e-4), 1.0) << "output";
-  EXPECT_LE(WorstError(sim->lse, ref->lse, 1e-5, 1e-4), 1.0) << "lse";
-  EXPECT_LE(WorstError(sim->dq, grads->dq, 1e-4, 1e-3), 1.0) << "dq";
-  EXPECT_LE(WorstError(sim->dk, grads->dk, 1e-4, 1e-3), 1.0) << "dk";
-  EXPECT_LE(WorstError(sim->dv, grads->dv, 1e-4, 1e-3), 1.0) << "dv";
+  ExpectMatchesMaskedReference(*sim, in, shape, mask, kSeq);
+  if (::testing::Test::HasFatalFailure()) return;
 
   // FLOPs on visible pairs: the workers' forward counts sum to 4·B·Hq·D·pairs.
   double flops = 0;

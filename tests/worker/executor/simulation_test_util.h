@@ -1,5 +1,6 @@
 // Helpers shared by the tests that run plans in the simulator and compare them with the fp64
-// reference (executor_simulation_test, tests/coordinator/mixed_passes_test).
+// reference (executor_simulation_test, mask_simulation_test, tests/core/mixed_passes_test,
+// tests/core/document_plan_simulation_test).
 #pragma once
 
 #include <algorithm>
@@ -7,7 +8,11 @@
 #include <random>
 #include <vector>
 
+#include "core/mask.h"
+#include "gtest/gtest.h"
 #include "kernels/attention_backend.h"
+#include "kernels/reference/reference_attention.h"
+#include "worker/executor/simulator.h"
 
 namespace dfa::testing_util {
 
@@ -40,6 +45,31 @@ inline double WorstError(const std::vector<float>& got, const std::vector<double
     worst = std::max(worst, std::abs(got[i] - want[i]) / (atol + rtol * std::abs(want[i])));
   }
   return worst;
+}
+
+// The simulated forward and backward of one batch row of `seq` tokens under `mask` against the
+// fp64 reference (output and LSE within 1e-5 + 1e-4 relative, gradients 1e-4 + 1e-3).
+inline void ExpectMatchesMaskedReference(const SimulationResult& sim, SimulationInputs& in,
+                                         const AttentionShape& shape, const MaskSpec& mask,
+                                         int64_t seq) {
+  reference::Problem pr;
+  pr.q = HostView(in.q, 1, seq, shape.q_heads, shape.head_dim);
+  pr.k = HostView(in.k, 1, seq, shape.kv_heads, shape.head_dim);
+  pr.v = HostView(in.v, 1, seq, shape.kv_heads, shape.head_dim);
+  pr.mask = MaskKind::kIntervals;
+  pr.spec = &mask;
+  pr.seq = seq;
+  pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
+  absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  absl::StatusOr<reference::Gradients> grads =
+      reference::Backward(pr, HostView(in.dout, 1, seq, shape.q_heads, shape.head_dim));
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_LE(WorstError(sim.out, ref->out, 1e-5, 1e-4), 1.0) << "output";
+  EXPECT_LE(WorstError(sim.lse, ref->lse, 1e-5, 1e-4), 1.0) << "lse";
+  EXPECT_LE(WorstError(sim.dq, grads->dq, 1e-4, 1e-3), 1.0) << "dq";
+  EXPECT_LE(WorstError(sim.dk, grads->dk, 1e-4, 1e-3), 1.0) << "dk";
+  EXPECT_LE(WorstError(sim.dv, grads->dv, 1e-4, 1e-3), 1.0) << "dv";
 }
 
 }  // namespace dfa::testing_util
