@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from proc_checks import alive, check, kill_left, log, summary, wait_for
+
 STATUS_KEYS = {"coordinator", "live_workers", "sessions", "jobs_running", "jobs_queued",
                "client_leases", "memory_used_bytes", "memory_limit_bytes"}
 WORKER_KEYS = {"worker_id", "address", "host", "backend", "device", "memory_limit_bytes",
@@ -52,23 +54,6 @@ HELP_FLAGS = {
     "cluster": ["--workers", "--threads", "--backend", "--memory-limit", "--env-file"],
     "plan": ["--workers", "--seq", "--schedule", "--json", "--profile", "--speeds"],
 }
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def log(msg):
-    print(msg, flush=True)
-
 
 def run(cmd, timeout=60, env=None):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -199,28 +184,6 @@ def read_env(path):
     return env
 
 
-def wait_for(pred, timeout, step=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def daemons_with(text):
     """Pids of dfa-coordinator / dfa-worker processes whose command line contains `text`."""
     pids = []
@@ -242,13 +205,6 @@ def status_json(a, coordinator):
     if rc != 0:
         return None
     return json.loads(out)
-
-
-def kill_left(pids):
-    """SIGKILL whatever of `pids` still runs (daemons live in their own process groups)."""
-    for p in pids:
-        if alive(p):
-            os.kill(p, signal.SIGKILL)
 
 
 def test_cluster(a, tmp):
@@ -431,8 +387,7 @@ def main():
             t = time.monotonic()
             fn()
             log(f"-- {name}: {time.monotonic() - t:.1f} s")
-    print(f"cli_test: {checks} checks, {len(failures)} failures")
-    return 1 if failures or checks == 0 else 0
+    return summary("cli_test")
 
 
 if __name__ == "__main__":

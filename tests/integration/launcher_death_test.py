@@ -28,34 +28,9 @@ import sys
 import tempfile
 import time
 
-failures = []
-checks = 0
+from proc_checks import alive, check, kill_left, log, summary, wait_for
+
 BOUND_S = 15  # a daemon's own SIGTERM shutdown is ~1-2 s on the 2-core box
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def log(msg):
-    print(msg, flush=True)
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def daemons_logging_to(log_dir):
@@ -74,25 +49,9 @@ def daemons_logging_to(log_dir):
     return sorted(pids)
 
 
-def wait_for(pred, timeout, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
-
-
-def kill_left(pids):
-    for p in pids:
-        if alive(p):
-            os.kill(p, signal.SIGKILL)
-
-
 def gone_within(pids, bound):
     t = time.monotonic()
-    ok = wait_for(lambda: not [p for p in pids if alive(p)], bound)
+    ok = wait_for(lambda: not [p for p in pids if alive(p)], bound, step=0.05)
     return ok, time.monotonic() - t
 
 
@@ -292,8 +251,7 @@ def main():
             t = time.monotonic()
             fn(a, tmp)
             log(f"-- {name}: {time.monotonic() - t:.1f} s")
-    print(f"launcher_death_test: {checks} checks, {len(failures)} failures")
-    return 1 if failures or checks == 0 else 0
+    return summary("launcher_death_test")
 
 
 if __name__ == "__main__":
