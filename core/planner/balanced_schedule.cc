@@ -309,16 +309,18 @@ bool Better(const Score& a, const Score& b, bool true_time) {
   return a.balance_cost < b.balance_cost * (1 - 1e-9);
 }
 
-// Profile "cpu", no sequence plan (mixed passes included) within kBalanceTarget: head groups
-// (PlanRequest::session_shape). A group of P' workers holding n of the K kv heads has the
+// Head groups (PlanRequest::session_shape): profile "cpu" when no sequence plan (mixed passes
+// included) is within kBalanceTarget, profile "gpu" always (each grouping ranked by its true
+// time against the best sequence plan). A group of P' workers holding n of the K kv heads has the
 // wire / compute ratio of a sequence plan of P' workers at the group's summed speed (bytes and
 // FLOPs both scale with the heads), so groups whose speed sums follow their head counts
 // (SpeedBalancedHeadGroups) take each worker's K/V volume down by the group count. Tries
-// g = 2, 3, ... up to kv_heads (skipping groupings whose compute alone is off by more than
-// kBalanceTarget), each costed at the session shape (and so is the sequence plan it must beat
-// when that shape is not the reference one), and stops at the first within the target (fewest
-// groups: the least search time; more groups would only add per-op savings).
-Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score) {
+// g = 2, 3, ... up to kv_heads, each costed at the session shape (and so is the sequence plan it
+// must beat when that shape is not the reference one). Profile "cpu" skips groupings whose
+// compute alone is off by more than the best balance and stops at the first within the target
+// (fewest groups: the least search time; more groups would only add per-op savings); profile
+// "gpu" costs every g (at most kv_heads plans) and keeps the fastest.
+Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true_time) {
   const AttentionShape& shape = r.session_shape;
   if (shape.batch < 1 || shape.kv_heads < 2 || r.workers < 2) return best;
   PlanRequest heads = r;
@@ -326,27 +328,29 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score) {
   heads.session_shape = PlanRequest{}.session_shape;
   std::vector<double> speeds = r.speeds;
   if (speeds.empty()) speeds.assign(r.workers, 1.0);
-  const CostParams params = CpuCostParams(shape, speeds);
+  const CostParams params =
+      true_time ? GpuCostParams(shape, speeds) : CpuCostParams(shape, speeds);
   // Compare at one shape: when the session's differs from the reference the sequence plan was
   // ranked at, rank the sequence plan at the session's too (what the plan will be run at).
   const AttentionShape& ref = r.shape;
   if (shape.batch != ref.batch || shape.q_heads != ref.q_heads || shape.kv_heads != ref.kv_heads ||
       shape.head_dim != ref.head_dim || shape.dtype != ref.dtype) {
-    best_score = Evaluate(best, params, /*true_time=*/false);
+    best_score = Evaluate(best, params, true_time);
   }
   for (int g = 2; g <= std::min(r.workers, shape.kv_heads); ++g) {
     const HeadGroupSplit groups = SpeedBalancedHeadGroups(heads, g);
     // (A split whose compute alone is off by more than the best plan so far cannot win.)
-    if (groups.members.empty() || HeadGroupsLoad(heads, groups) >= best_score.balance) continue;
+    if (groups.members.empty()) continue;
+    if (!true_time && HeadGroupsLoad(heads, groups) >= best_score.balance) continue;
     Plan plan = MakeHeadsPlan(heads, groups);
     if (plan.workers.empty()) continue;
     plan.schedule = "balanced";
-    const Score score = Evaluate(plan, params, /*true_time=*/false);
-    if (Better(score, best_score, /*true_time=*/false)) {
+    const Score score = Evaluate(plan, params, true_time);
+    if (Better(score, best_score, true_time)) {
       best = std::move(plan);
       best_score = score;
     }
-    if (score.balance <= kBalanceTarget) break;
+    if (!true_time && score.balance <= kBalanceTarget) break;
   }
   return best;
 }
@@ -635,7 +639,8 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   // striped ring's forward with few large pieces (smaller ones lose the message latency) and
   // its K/V-stationary backward with smaller pieces, whose dQ partials BalanceTransfers can
   // spread (docs/planner.md, "Schedules").
-  if (true_time || best_score.balance <= kBalanceTarget) return best;
+  if (true_time) return WithHeadGroups(r, std::move(best), best_score, true_time);
+  if (best_score.balance <= kBalanceTarget) return best;
   const Score sequence_score = best_score;
   int mix_f = -1, mix_b = -1;
   for (size_t a = 0; a < recorded.size(); ++a) {
@@ -658,7 +663,7 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
     }
   }
   if (best_score.balance <= kBalanceTarget) return best;
-  return WithHeadGroups(r, std::move(best), best_score);
+  return WithHeadGroups(r, std::move(best), best_score, true_time);
 }
 
 }  // namespace dfa

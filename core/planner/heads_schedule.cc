@@ -333,13 +333,15 @@ Plan MakeAutoPlan(const PlanRequest& r) {
   absl::StatusOr<Plan> best = MakePlan(balanced);
   if (!best.ok()) return Plan{};
   double best_seconds = TrueSeconds(*best, r);
-  // Every head split whose groups each get >= 1 head: g | P, 2 <= g <= kv_heads.
+  // Every head split whose groups each get >= 1 head: g | P, 2 <= g <= kv_heads. A split as
+  // fast as "balanced" wins the tie ("balanced" with session_shape may itself pick head groups;
+  // the named split is the same plan under its own schedule).
   for (int g = 2; g <= std::min(r.workers, r.shape.kv_heads); ++g) {
     if (r.workers % g != 0) continue;
     Plan heads = MakeHeadsPlan(r, g);
     if (heads.workers.empty()) continue;
     const double seconds = TrueSeconds(heads, r);
-    if (seconds < best_seconds * (1 - 1e-9)) {
+    if (seconds <= best_seconds * (1 + 1e-9)) {
       best = std::move(heads);
       best_seconds = seconds;
     }

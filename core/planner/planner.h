@@ -185,7 +185,7 @@ double HeadGroupsLoad(const PlanRequest& request, const HeadGroupSplit& groups);
 Plan MakeHeadsPlan(const PlanRequest& request, const HeadGroupSplit& groups);
 // The largest divisor g of request.workers with g <= request.shape.kv_heads (1: no split).
 int HeadGroupCount(const PlanRequest& request);
-// "auto": the cheaper of "balanced" and the head splits (see above).
+// "auto": the cheaper of "balanced" and the head splits (see above); a head split on a tie.
 Plan MakeAutoPlan(const PlanRequest& request);
 // The striped ring (striped_ring_schedule.cc): worker w owns a front row range and its mirror
 // back range sized by its speed, cut into pieces[w] (>= 1) K/V pieces that travel the ring.

@@ -143,6 +143,40 @@ TEST(PlannerGpuTest, FourAndEightGpusNoSlowerThanEveryFixedSchedule) {
   }
 }
 
+// Head groups under the GPU profile: with the session's shape given (as the coordinator and
+// `dfa plan` give it), "balanced" also ranks head-group plans by their true time, so at a small
+// sequence over many GPUs (wire- and message-bound as one sequence plan) it is never modeled
+// slower than "heads" or than its own sequence-only pick, and is faster than the latter at
+// S = 16K, P = 16.
+TEST(PlannerGpuTest, BalancedRanksHeadGroupsByTrueTime) {
+  const AttentionShape gqa{1, 32, 8, 128, DType::kBF16};
+  auto seconds = [&](PlanRequest r) {
+    absl::StatusOr<Plan> plan = MakePlan(r);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return 0.0;
+    CheckOptions check;
+    check.shape = gqa;
+    EXPECT_TRUE(CheckPlan(*plan, check).ok()) << r.schedule << " P=" << r.workers;
+    absl::StatusOr<PlanCost> c = EstimateCost(*plan, GpuCostParams(gqa));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? c->forward.makespan_seconds + c->backward.makespan_seconds : 0.0;
+  };
+  for (int P : {4, 16}) {
+    PlanRequest sequence = Request("balanced", P, 16384);
+    sequence.shape = gqa;
+    PlanRequest grouped = sequence;
+    grouped.session_shape = gqa;
+    PlanRequest heads = sequence;
+    heads.schedule = "heads";
+    const double s = seconds(sequence), g = seconds(grouped), h = seconds(heads);
+    EXPECT_LE(g, s * (1 + 1e-12)) << "P=" << P;
+    EXPECT_LE(g, h * (1 + 1e-12)) << "P=" << P;
+    if (P == 16) {
+      EXPECT_LT(g, 0.5 * s) << "P=16: sequence-only " << s << " s, grouped " << g;
+    }
+  }
+}
+
 // Unequal speeds and odd P: the GPU search still makes valid plans.
 TEST(PlannerGpuTest, UnequalSpeedsAndOddPMakeValidPlans) {
   for (int P : {1, 3, 5}) {
