@@ -18,7 +18,8 @@
 //             within kBalanceTarget, also the forward of one candidate with the backward of
 //             another of the same layout (planner_internal::TakeBackwardFrom), and when still
 //             none is and PlanRequest::session_shape is given, head groups of any worker counts
-//             (SpeedBalancedHeadGroups, each group a sequence plan; WorkerPlan::kv_heads set).
+//             (SpeedBalancedHeadGroups, each group a sequence plan; WorkerPlan::kv_heads set);
+//             profile "gpu" with session_shape given ranks those head groups by true time too.
 //   heads     head groups (plan.h "Head groups", DeepSpeed-Ulysses style): g groups of P/g
 //             workers (consecutive; with unequal speeds dealt by speed when that evens the
 //             load), g = the largest divisor of P with g <= kv_heads, each group
@@ -67,9 +68,9 @@ struct PlanRequest {
   // "auto" to split the kv heads. The default is the reference shape the search has always
   // used (32 heads of 128, bf16).
   AttentionShape shape{1, 32, 32, 128, DType::kBF16};
-  // The session's real shape, for "balanced" under profile "cpu" (which costs its sequence
-  // candidates at the reference `shape`): when none of them is within kBalanceTarget, the search
-  // also tries head-group plans over session_shape.kv_heads heads (SpeedBalancedHeadGroups,
+  // The session's real shape, for "balanced": under profile "cpu" (which costs its sequence
+  // candidates at the reference `shape`), when none of them is within kBalanceTarget, and under
+  // profile "gpu" always (ranked by true time), the search also tries head-group plans over session_shape.kv_heads heads (SpeedBalancedHeadGroups,
   // g = 2, 3, ..., each group a "balanced" plan at its local session shape) and may return one
   // (schedule "balanced", WorkerPlan::kv_heads set): callers that set it must check, cost and
   // run the plan at this shape. batch 0 (the default) or kv_heads < 2: no head groups.
