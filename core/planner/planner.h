@@ -71,9 +71,10 @@ struct PlanRequest {
   // The session's real shape, for "balanced": under profile "cpu" (which costs its sequence
   // candidates at the reference `shape`), when none of them is within kBalanceTarget, and under
   // profile "gpu" always (ranked by true time), the search also tries head-group plans over
-  // session_shape.kv_heads heads (SpeedBalancedHeadGroups, g = 2, 3, ..., each group a "balanced" plan at its local session shape) and may return one
-  // (schedule "balanced", WorkerPlan::kv_heads set): callers that set it must check, cost and
-  // run the plan at this shape. batch 0 (the default) or kv_heads < 2: no head groups.
+  // session_shape.kv_heads heads (SpeedBalancedHeadGroups, g = 2, 3, ..., each group a
+  // "balanced" plan at its local session shape) and may return one (schedule "balanced",
+  // WorkerPlan::kv_heads set): callers that set it must check, cost and run the plan at this
+  // shape. batch 0 (the default) or kv_heads < 2: no head groups.
   AttentionShape session_shape{0, 0, 0, 0, DType::kBF16};
   // The rest of the mask (core/mask.h): packed documents per batch row and a sliding window.
   // Plans carry it as Plan::mask_spec; every schedule computes only units with visible pairs,
