@@ -1,17 +1,21 @@
 // dfa-cuda-kernel-bench: TFLOP/s of the CUDA backend's forward and backward units, one GPU.
 //   dfa-cuda-kernel-bench [--quick (S = 4K, 16K only)] [--dtype bf16|f16] [--hdim 64|128 (one only)]
 //                         [--reps N (timed launches per config; default 20 / 5 / 3 at 4K / 16K / 64K)]
-//                         [--masks (the masked table below instead)] [--docs-out DIR]
+//                         [--masks (the masked table below instead)] [--rounds N] [--docs-out DIR]
 //                         [--fwd-kernel ...] [--bwd-kernel ...] [--bwd-tile-chunk N]
 // The last three override the kernel table (tests/gpu/kernel_flags.h; default: the table, as the
 // services run it); rows then carry a tag such as "-fwd=cpasync".
 // Configs: S = 4K, 16K, 64K; D = 64, 128; causal and full; 32 query heads (= kv heads), batch 1.
 // FLOPs: forward 4·B·H·S²·D, halved for causal (core/mask.h ForwardFlops); backward 2.5×.
 // --masks: the kIntervals mask (documents, windows) next to dense causal, in one run, at S = 64K
-// and 256K (--quick: 64K only), 32 heads, D = 128 (or --hdim): dense causal; varlen causal
+// and 256K (--quick: 64K only), 32 heads, D = 128 (or --hdim): dense causal; dense causal as one
+// document through the interval path (the control row: that path's own cost); varlen causal
 // (document lengths from a Pareto distribution, alpha 1.2, x_min 256 tokens, capped at 64K,
 // seed 20; tests/gpu/mask_intervals_host.h); causal windows of 4K and 32K. FLOPs count the
 // visible pairs only (4·H·pairs·D); "x dense" is the row's TFLOP/s over dense causal's at that S.
+// The rows run in --rounds N rounds (default 3), round r starting at row r, and each time is the
+// median of its rounds: the card's clock follows its recent load, so whichever row runs first
+// after idle would otherwise look faster.
 // --docs-out DIR writes each S's document offsets to DIR/docs_<S>.txt (one per line) for
 // tests/gpu/bench_flex.py, which runs PyTorch flex attention on the same documents.
 // Timing: CUDA events around `reps` launches after one warm-up. The backward time includes
@@ -67,6 +71,7 @@ int Main(int argc, char** argv) {
   DType dtype = DType::kBF16;
   int only_hdim = 0;  // 0: both head dims
   int forced_reps = 0;  // 0: per length
+  int mask_rounds = 3;  // --masks: rounds over the rows
   cuda::KernelChoice choice;
   for (int i = 1; i < argc; ++i) {
     std::string error;
@@ -87,6 +92,12 @@ int Main(int argc, char** argv) {
       only_hdim = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       forced_reps = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      mask_rounds = std::atoi(argv[++i]);
+      if (mask_rounds < 1 || mask_rounds > 99) {
+        std::fprintf(stderr, "--rounds must be 1 .. 99, got %s\n", argv[i]);
+        return 2;
+      }
     } else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
       dtype = std::strcmp(argv[++i], "f16") ? DType::kBF16 : DType::kF16;
     } else {
@@ -207,6 +218,12 @@ int Main(int argc, char** argv) {
       };
       std::vector<MaskRow> rows;
       rows.push_back({"dense causal", true, {}});
+      // Control: dense causal through the interval path (one document), so the rows below
+      // separate that path's own cost from their masks' short tiles.
+      testing::HostMask one_doc;
+      one_doc.causal = true;
+      one_doc.docs = {{0, s}};
+      rows.push_back({"causal as 1 document", false, one_doc});
       testing::HostMask varlen;
       varlen.causal = true;
       varlen.docs = {testing::ParetoDocOffsets(s, 1.2, 256, 65536, 20)};
@@ -229,33 +246,56 @@ int Main(int argc, char** argv) {
         win.docs = {{0, s}};
         rows.push_back({"causal window " + std::to_string(w / 1024) + "K", false, win});
       }
-      double dense_fwd = 0, dense_bwd = 0;
       const int reps = forced_reps > 0 ? forced_reps : (s >= 262144 ? 2 : 3);
-      for (const MaskRow& row : rows) {
-        MaskIntervals iv;
-        double pairs = double(s) * double(s + 1) / 2;
-        if (!row.dense) {
-          const testing::HostIntervals h = testing::BuildIntervals(row.mask, 1, s);
-          pairs = double(testing::VisiblePairsOf(h, 0, 0, s, 0, s));
-          const std::vector<int32_t>* src[4] = {&h.q_lo, &h.q_hi, &h.k_lo, &h.k_hi};
-          for (int i = 0; i < 4; ++i) {
-            BENCH_CHECK(be.Copy(iv_dev[i], src[i]->data(), size_t(s) * 4,
-                                AttentionBackend::CopyKind::kHostToDevice, nullptr));
+      // Rounds: every row once per round, round r starting at row r (the card's clock follows
+      // its recent load, so the row after idle would run faster than the rest); medians.
+      const size_t n_rows = rows.size();
+      std::vector<testing::HostIntervals> host(n_rows);
+      std::vector<double> pairs(n_rows, double(s) * double(s + 1) / 2);
+      for (size_t i = 0; i < n_rows; ++i) {
+        if (rows[i].dense) continue;
+        host[i] = testing::BuildIntervals(rows[i].mask, 1, s);
+        pairs[i] = double(testing::VisiblePairsOf(host[i], 0, 0, s, 0, s));
+      }
+      std::vector<std::vector<float>> fwd_ms(n_rows), bwd_ms(n_rows);
+      for (int r = 0; r < mask_rounds; ++r) {
+        for (size_t j = 0; j < n_rows; ++j) {
+          const size_t i = (j + size_t(r)) % n_rows;
+          MaskIntervals iv;
+          if (!rows[i].dense) {
+            const std::vector<int32_t>* src[4] = {&host[i].q_lo, &host[i].q_hi, &host[i].k_lo,
+                                                  &host[i].k_hi};
+            for (int c = 0; c < 4; ++c) {
+              BENCH_CHECK(be.Copy(iv_dev[c], src[c]->data(), size_t(s) * 4,
+                                  AttentionBackend::CopyKind::kHostToDevice, nullptr));
+            }
+            BENCH_CHECK(be.Synchronize(nullptr));
+            iv.q_lo = iv_dev[0], iv.q_hi = iv_dev[1], iv.k_lo = iv_dev[2], iv.k_hi = iv_dev[3];
+            iv.seq = s;
           }
-          BENCH_CHECK(be.Synchronize(nullptr));
-          iv.q_lo = iv_dev[0], iv.q_hi = iv_dev[1], iv.k_lo = iv_dev[2], iv.k_hi = iv_dev[3];
-          iv.seq = s;
+          float f_ms = 0, b_ms = 0;
+          BENCH_CHECK(time_unit(rows[i].dense ? MaskKind::kCausal : MaskKind::kIntervals, iv, s, d,
+                                reps, &f_ms, &b_ms));
+          fwd_ms[i].push_back(f_ms);
+          bwd_ms[i].push_back(b_ms);
         }
-        float fwd_ms = 0, bwd_ms = 0;
-        BENCH_CHECK(time_unit(row.dense ? MaskKind::kCausal : MaskKind::kIntervals, iv, s, d, reps,
-                              &fwd_ms, &bwd_ms));
-        const double flops = 4.0 * kHeads * d * pairs;
-        const double tf = flops / (fwd_ms * 1e-3) / 1e12, tb = 2.5 * flops / (bwd_ms * 1e-3) / 1e12;
+      }
+      auto median = [](std::vector<float> v) {
+        std::sort(v.begin(), v.end());
+        return v.size() % 2 ? double(v[v.size() / 2])
+                            : 0.5 * (double(v[v.size() / 2 - 1]) + double(v[v.size() / 2]));
+      };
+      double dense_fwd = 0, dense_bwd = 0;
+      for (size_t i = 0; i < n_rows; ++i) {
+        const MaskRow& row = rows[i];
+        const double f_ms = median(fwd_ms[i]), b_ms = median(bwd_ms[i]);
+        const double flops = 4.0 * kHeads * d * pairs[i];
+        const double tf = flops / (f_ms * 1e-3) / 1e12, tb = 2.5 * flops / (b_ms * 1e-3) / 1e12;
         if (row.dense) dense_fwd = tf, dense_bwd = tb;
         std::printf("| dfa-%s%s | %d | %lldK | %s | %.3g | %.3f | %.1f | %.2f | %.3f | %.1f | %.2f |\n",
                     std::string(DTypeName(dtype)).c_str(), kernel_tag, d,
-                    static_cast<long long>(s / 1024), row.name.c_str(), pairs, fwd_ms, tf,
-                    tf / dense_fwd, bwd_ms, tb, tb / dense_bwd);
+                    static_cast<long long>(s / 1024), row.name.c_str(), pairs[i], f_ms, tf,
+                    tf / dense_fwd, b_ms, tb, tb / dense_bwd);
         std::fflush(stdout);
       }
     }
