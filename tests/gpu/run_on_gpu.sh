@@ -22,6 +22,7 @@
 #   cudnn-bench       dfa_cudnn_bench (cudnn-bench-quick: --quick)
 #   times-locked      kernel-only TFLOP/s per quick-bench row at the locked base clock (ncu; two
 #                     runs pooled; docs/kernels-profiling.md: the way to compare binaries)
+#   times-locked-masks  the same for the --masks rows (BENCH_ARGS=--quick: 64K only)
 # $CHOICES: kernel choices as comma-separated flags of tests/gpu/kernel_flags.h, "-" for the
 # table; default "- --fwd-kernel=cpasync,--bwd-kernel=cpasync --fwd-kernel=mma,--bwd-kernel=mma
 # --bwd-tile-chunk=0".
@@ -84,6 +85,13 @@ for step in "$@"; do
           --kernel-name "regex:$re" --csv "$G/dfa-cuda-kernel-bench" --quick --reps 1 > "$OUT/times_${k}_$r.csv" 2>&1; done
         echo "# $k kernels, locked base clock"; python3 tests/gpu/ncu_kernel_times.py $k "$OUT"/times_${k}_*.csv
       done 2>&1 | tee "$OUT/times_locked.md" ;;
+    times-locked-masks) for k in bwd fwd; do [ $k = bwd ] && re=FlashBwd || re=FlashFwd
+        for r in 1 2; do timeout 300 ncu --clock-control base --metrics gpu__time_duration.sum \
+          --kernel-name "regex:$re" --csv "$G/dfa-cuda-kernel-bench" --masks --rounds 1 --reps 1 \
+          ${BENCH_ARGS:-} > "$OUT/times_masks_${k}_$r.csv" 2>&1; done
+        echo "# $k kernels, locked base clock"
+        python3 tests/gpu/ncu_kernel_times.py $k-masks "$OUT"/times_masks_${k}_*.csv
+      done 2>&1 | tee "$OUT/times_locked_masks.md" ;;
     *) echo "unknown step $step" ;;
   esac
 done
