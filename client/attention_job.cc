@@ -1,5 +1,7 @@
 #include "client/attention_job.h"
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -45,11 +47,35 @@ absl::Status AttentionJob::NewSession(bool after_failure) {
   return absl::OkStatus();
 }
 
-absl::Status AttentionJob::Upload(v1::TensorKind kind, const HostTensor& t) {
-  if (options_.on_transfer) options_.on_transfer(kind, t.size_bytes(), true);
-  ASSIGN_OR_RETURN(TransferStats stats, session_->Upload(kind, t, options_.transfer));
+absl::Status AttentionJob::Upload(const Inputs& inputs) {
+  if (options_.on_transfer) {
+    for (const auto& [kind, t] : inputs) options_.on_transfer(kind, t->size_bytes(), true);
+  }
+  ASSIGN_OR_RETURN(TransferStats stats, session_->Upload(inputs, options_.transfer));
   bytes_uploaded_ += stats.bytes;
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> AttentionJob::RunWithInputs(v1::JobKind kind, const Inputs& inputs) {
+  if (!options_.stream_inputs) {
+    RETURN_IF_ERROR(Upload(inputs));
+    return session_->Run(kind, options_.observer);
+  }
+  RunOptions run;
+  run.wait = true;  // one call holds the job; cancelling it cancels the job
+  run.cancel = &cancel_;
+  run.inputs_streaming = true;
+  absl::StatusOr<v1::Job> job = absl::UnknownError("the job was not run");
+  std::thread runner([&] { job = session_->Run(kind, options_.observer, run); });
+  const absl::Status uploaded = Upload(inputs);
+  // A failed upload: the job would wait for rows that never come. The cancel is ours only for
+  // this call (a retry must be able to run); one asked for by the caller stays.
+  const bool ours = !uploaded.ok() && !cancel_.cancelled();
+  if (ours) cancel_.Cancel();
+  runner.join();
+  if (ours) cancel_.Reset();
+  if (!uploaded.ok()) return uploaded;
+  return job;
 }
 
 absl::Status AttentionJob::Download(v1::TensorKind kind, HostTensor* t) {
@@ -61,18 +87,17 @@ absl::Status AttentionJob::Download(v1::TensorKind kind, HostTensor* t) {
 }
 
 absl::StatusOr<v1::Job> AttentionJob::ForwardOnce(ForwardOutputs* out) {
-  RETURN_IF_ERROR(Upload(v1::TENSOR_Q, *q_));
-  RETURN_IF_ERROR(Upload(v1::TENSOR_K, *k_));
-  RETURN_IF_ERROR(Upload(v1::TENSOR_V, *v_));
-  ASSIGN_OR_RETURN(v1::Job job, session_->Run(v1::JOB_FORWARD, options_.observer));
+  ASSIGN_OR_RETURN(v1::Job job,
+                   RunWithInputs(v1::JOB_FORWARD,
+                                 // K, V first: a worker's first sends carry its own K/V rows.
+                                 {{v1::TENSOR_K, k_}, {v1::TENSOR_V, v_}, {v1::TENSOR_Q, q_}}));
   RETURN_IF_ERROR(Download(v1::TENSOR_O, &out->o));
   if (options_.download_lse) RETURN_IF_ERROR(Download(v1::TENSOR_LSE, &out->lse));
   return job;
 }
 
 absl::StatusOr<v1::Job> AttentionJob::BackwardOnce(BackwardOutputs* out) {
-  RETURN_IF_ERROR(Upload(v1::TENSOR_DO, *dout_));
-  ASSIGN_OR_RETURN(v1::Job job, session_->Run(v1::JOB_BACKWARD, options_.observer));
+  ASSIGN_OR_RETURN(v1::Job job, RunWithInputs(v1::JOB_BACKWARD, {{v1::TENSOR_DO, dout_}}));
   RETURN_IF_ERROR(Download(v1::TENSOR_DQ, &out->dq));
   RETURN_IF_ERROR(Download(v1::TENSOR_DK, &out->dk));
   RETURN_IF_ERROR(Download(v1::TENSOR_DV, &out->dv));

@@ -9,12 +9,19 @@
 // work is redone from the inputs the client holds (a backward retry re-runs the forward on the
 // new placement first), up to max_retries.
 //
+// Streaming (AttentionJobOptions::stream_inputs, the default): each job is submitted first, with
+// inputs_streaming, on a thread of its own, and its inputs are uploaded while it starts, every
+// worker's shard on its own thread; a worker's units wait for the rows they read
+// (docs/worker.md "Streaming inputs"). An upload that fails cancels the job and its error is the
+// answer. false: upload everything, then run.
+//
 // Ownership: the AttentionJob keeps pointers to the Client and to the input tensors passed to
 // Forward/Backward; they must outlive it. One thread at a time.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client/client.h"
@@ -28,7 +35,9 @@ struct AttentionJobOptions {
   // After a lost worker: how long to keep trying to place a new session (the coordinator needs
   // up to one lease to drop the lost worker from its registry).
   absl::Duration recovery_timeout = absl::Seconds(15);
-  JobObserver observer;  // job progress, e.g. a progress bar
+  JobObserver observer;  // job progress, e.g. a progress bar (final state only when streaming)
+  // Submit each job before its inputs are uploaded (see above).
+  bool stream_inputs = true;
   // Forward gathers LSE too (ForwardOutputs::lse); false leaves it on the workers (the backward
   // uses their copy) and ForwardOutputs::lse empty.
   bool download_lse = true;
@@ -68,6 +77,10 @@ class AttentionJob {
   // Releases the session (also done on destruction).
   absl::Status Release();
 
+  // Stops a streaming call in flight from another thread (Cancel(): its job is cancelled, the
+  // call returns CANCELLED; Reset() before the next call). Ctrl-C in the Python binding.
+  RunCancel& run_cancel() { return cancel_; }
+
   Session* session() { return session_.get(); }
   int retries_done() const { return retries_done_; }
   // Bytes this job has sent to the workers through the data plane, by tensor kind name.
@@ -77,7 +90,10 @@ class AttentionJob {
   absl::Status NewSession(bool after_failure);
   absl::StatusOr<v1::Job> ForwardOnce(ForwardOutputs* out);
   absl::StatusOr<v1::Job> BackwardOnce(BackwardOutputs* out);
-  absl::Status Upload(v1::TensorKind kind, const HostTensor& t);
+  using Inputs = std::vector<std::pair<v1::TensorKind, const HostTensor*>>;
+  absl::Status Upload(const Inputs& inputs);
+  // Uploads `inputs` and runs `kind`: concurrently (stream_inputs) or one after the other.
+  absl::StatusOr<v1::Job> RunWithInputs(v1::JobKind kind, const Inputs& inputs);
   absl::Status Download(v1::TensorKind kind, HostTensor* t);
 
   Client* client_;
@@ -90,6 +106,7 @@ class AttentionJob {
   bool forward_done_ = false;
   int retries_done_ = 0;
   int64_t bytes_uploaded_ = 0;
+  RunCancel cancel_;
 };
 
 }  // namespace dfa::client

@@ -269,30 +269,52 @@ bool Session::UseShm(int rank, const TransferOptions& options) const {
 
 absl::StatusOr<TransferStats> Session::Upload(v1::TensorKind kind, const HostTensor& t,
                                               const TransferOptions& options) {
-  ASSIGN_OR_RETURN(HostTensor expected, MakeTensor(spec_, kind));
-  if (t.batch != expected.batch || t.rows != expected.rows || t.heads != expected.heads ||
-      t.head_dim != expected.head_dim || t.dtype != expected.dtype ||
-      t.size_bytes() != t.storage_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Upload ", TensorKindName(kind), ": tensor shape [", t.batch, ", ", t.rows, ", ", t.heads,
-        ", ", t.head_dim, "] does not match the session's [", expected.batch, ", ", expected.rows,
-        ", ", expected.heads, ", ", expected.head_dim, "] or its dtype/size"));
+  return Upload({{kind, &t}}, options);
+}
+
+absl::StatusOr<TransferStats> Session::Upload(
+    const std::vector<std::pair<v1::TensorKind, const HostTensor*>>& tensors,
+    const TransferOptions& options) {
+  for (const auto& [kind, tp] : tensors) {
+    const HostTensor& t = *tp;
+    ASSIGN_OR_RETURN(HostTensor expected, MakeTensor(spec_, kind));
+    if (t.batch != expected.batch || t.rows != expected.rows || t.heads != expected.heads ||
+        t.head_dim != expected.head_dim || t.dtype != expected.dtype ||
+        t.size_bytes() != t.storage_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Upload ", TensorKindName(kind), ": tensor shape [", t.batch, ", ", t.rows, ", ",
+          t.heads, ", ", t.head_dim, "] does not match the session's [", expected.batch, ", ",
+          expected.rows, ", ", expected.heads, ", ", expected.head_dim, "] or its dtype/size"));
+    }
   }
   std::vector<TransferStats> stats(static_cast<size_t>(num_workers()));
   for (int r = 0; r < num_workers(); ++r) DataClient(r);  // made here, not in the threads
   RETURN_IF_ERROR(ForEachRank(num_workers(), [&](int rank) -> absl::Status {
     WorkerDataClient& data = DataClient(rank);
     const std::vector<v1::RowRange> owned = Owned(info_.shards(rank));
-    if (UseShm(rank, options)) {
-      auto r = data.UploadShm(kind, t, owned, options.segment_bytes, options.progress);
-      if (r.ok() || options.path == TransferPath::kSharedMemory) {
-        if (r.ok()) stats[static_cast<size_t>(rank)] = *r;
-        return r.status();
+    TransferStats& mine = stats[static_cast<size_t>(rank)];
+    for (const auto& [kind, tp] : tensors) {
+      const HostTensor& t = *tp;
+      TransferStats one;
+      bool sent = false;
+      if (UseShm(rank, options)) {
+        auto r = data.UploadShm(kind, t, owned, options.segment_bytes, options.progress);
+        if (!r.ok() && options.path == TransferPath::kSharedMemory) return r.status();
+        // kAuto: on failure fall back to the portable path (e.g. the worker is not really on
+        // this host).
+        if (r.ok()) {
+          one = *r;
+          sent = true;
+        }
       }
-      // kAuto: fall back to the portable path (e.g. the worker is not really on this host).
+      if (!sent) {
+        ASSIGN_OR_RETURN(one,
+                         data.UploadGrpc(kind, t, owned, options.chunk_bytes, options.progress));
+      }
+      mine.bytes += one.bytes;
+      mine.chunks += one.chunks;
+      mine.seconds += one.seconds;
     }
-    ASSIGN_OR_RETURN(stats[static_cast<size_t>(rank)],
-                     data.UploadGrpc(kind, t, owned, options.chunk_bytes, options.progress));
     return absl::OkStatus();
   }));
   TransferStats total;
@@ -339,10 +361,11 @@ absl::Status Session::GenerateInputs(uint64_t seed, bool with_grad_output) {
   });
 }
 
-absl::StatusOr<v1::Job> Session::Submit(v1::JobKind kind) {
+absl::StatusOr<v1::Job> Session::Submit(v1::JobKind kind, bool inputs_streaming) {
   v1::SubmitJobRequest req;
   req.set_session_id(id());
   req.set_kind(kind);
+  req.set_inputs_streaming(inputs_streaming);
   req.set_client_id(client_->client_id());
   grpc::ClientContext ctx;
   SetDeadline(&ctx, client_->options().rpc_timeout);
@@ -422,10 +445,12 @@ void RunCancel::Leave() {
 
 // ---------------------------------------------------------------- Session (jobs)
 
-absl::StatusOr<v1::Job> Session::SubmitAndWait(v1::JobKind kind, RunCancel* cancel) {
+absl::StatusOr<v1::Job> Session::SubmitAndWait(v1::JobKind kind, RunCancel* cancel,
+                                               bool inputs_streaming) {
   v1::SubmitJobRequest req;
   req.set_session_id(id());
   req.set_kind(kind);
+  req.set_inputs_streaming(inputs_streaming);
   req.set_client_id(client_->client_id());
   req.set_wait(true);
   grpc::ClientContext ctx;
@@ -456,7 +481,9 @@ absl::StatusOr<v1::Job> Session::SubmitAndWait(v1::JobKind kind, RunCancel* canc
 
 absl::StatusOr<v1::Job> Session::Run(v1::JobKind kind, const JobObserver& observer,
                                      const RunOptions& options) {
-  ASSIGN_OR_RETURN(v1::Job job, options.wait ? SubmitAndWait(kind, options.cancel) : Submit(kind));
+  ASSIGN_OR_RETURN(v1::Job job, options.wait
+                                    ? SubmitAndWait(kind, options.cancel, options.inputs_streaming)
+                                    : Submit(kind, options.inputs_streaming));
   if (observer) observer(job);
   if (IsFinal(job.state())) return FinalResult(job);
   return Watch(job.job_id(), observer);

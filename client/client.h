@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -110,6 +111,10 @@ struct RunOptions {
   // WatchJob (the observer sees every change: progress bars).
   bool wait = false;
   RunCancel* cancel = nullptr;  // optional, for wait = true
+  // SubmitJobRequest.inputs_streaming: the job starts while its inputs (Q, K, V; dO for a
+  // backward) are still being uploaded, from another thread, each worker's units waiting for
+  // the rows they read (docs/worker.md "Streaming inputs"). Upload every input row once.
+  bool inputs_streaming = false;
 };
 
 class Client;
@@ -132,6 +137,12 @@ class Session {
   // them, all workers in parallel. Returns total bytes and the slowest worker's time.
   absl::StatusOr<TransferStats> Upload(v1::TensorKind kind, const HostTensor& t,
                                        const TransferOptions& options = {});
+  // Several tensors at once: one thread per worker sends its rows of each tensor in the order
+  // given (no wait between tensors for the other workers). Total bytes, the slowest worker's
+  // time.
+  absl::StatusOr<TransferStats> Upload(
+      const std::vector<std::pair<v1::TensorKind, const HostTensor*>>& tensors,
+      const TransferOptions& options = {});
   // Gathers a full tensor of `kind` from all workers into `*t` (allocated here).
   absl::StatusOr<TransferStats> Download(v1::TensorKind kind, HostTensor* t,
                                          const TransferOptions& options = {});
@@ -143,7 +154,7 @@ class Session {
   absl::StatusOr<v1::Job> Run(v1::JobKind kind, const JobObserver& observer = nullptr,
                               const RunOptions& options = {});
   // Submit alone; Watch follows a submitted job to its final state (same result as Run).
-  absl::StatusOr<v1::Job> Submit(v1::JobKind kind);
+  absl::StatusOr<v1::Job> Submit(v1::JobKind kind, bool inputs_streaming = false);
   absl::StatusOr<v1::Job> Watch(const std::string& job_id, const JobObserver& observer);
   // Frees the session on the cluster. Idempotent.
   absl::Status Release();
@@ -158,7 +169,8 @@ class Session {
       : client_(client), spec_(std::move(spec)), info_(std::move(info)) {}
   bool UseShm(int rank, const TransferOptions& options) const;
   // SubmitJob with `wait`: the final job, or (an older coordinator) the job as submitted.
-  absl::StatusOr<v1::Job> SubmitAndWait(v1::JobKind kind, RunCancel* cancel);
+  absl::StatusOr<v1::Job> SubmitAndWait(v1::JobKind kind, RunCancel* cancel,
+                                        bool inputs_streaming);
 
   Client* client_;
   v1::AttentionSpec spec_;

@@ -32,7 +32,8 @@ class SubmitCall final : public grpc::ServerUnaryReactor {
              absl::StatusOr<std::shared_ptr<const SessionInfo>> session) {
     if (!session.ok()) return Fail(session.status());
     if (!request.wait()) {
-      absl::StatusOr<v1::Job> job = jobs_->Submit(*std::move(session), request.kind());
+      absl::StatusOr<v1::Job> job = jobs_->Submit(*std::move(session), request.kind(), nullptr,
+                                                  request.inputs_streaming());
       if (!job.ok()) return Fail(job.status());
       *response_ = *std::move(job);
       Finish(reply_(absl::OkStatus()));
@@ -41,7 +42,8 @@ class SubmitCall final : public grpc::ServerUnaryReactor {
     // on_final may run on another thread before Submit returns (a job that fails at once); the
     // reactor lives until OnDone, which comes only after Finish and after this handler returns.
     absl::StatusOr<v1::Job> job =
-        jobs_->Submit(*std::move(session), request.kind(), [this](const v1::Job& j) { Done(j); });
+        jobs_->Submit(*std::move(session), request.kind(), [this](const v1::Job& j) { Done(j); },
+                      request.inputs_streaming());
     if (!job.ok()) return Fail(job.status());
     bool cancel = false;
     {

@@ -367,6 +367,7 @@ absl::StatusOr<int64_t> ClientGroups::Transfer(WorkerSession* s,
     for (int b = 0; b < s->spec.batch(); ++b) c->Mark(b * s->storage->rows() + local, n);
     if (kind != v1::TENSOR_DO) s->forward_done = false;
     s->backward_done = false;
+    s->rows_arrived.notify_all();  // a streaming job may wait for these rows
   }
   return req.byte_count();
 #endif

@@ -84,7 +84,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     {
       std::lock_guard<std::mutex> l(session_->mu);
-      RETURN_IF_ERROR(CheckIdle(*session_));
+      RETURN_IF_ERROR(session_tensors::CheckUploadable(*session_, c.kind));
       RETURN_IF_ERROR(WriteWireChunk(session_.get(), c));
     }
     bytes_ += c.data_size;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/executor/plan_executor.h"
+#include "worker/session_input_gate.h"
 
 namespace dfa {
 namespace {
@@ -30,7 +31,9 @@ absl::Status JobRunner::Prepare(WorkerSession* s, const v1::RunJobRequest& req) 
     return absl::FailedPreconditionError(absl::StrCat(
         "session_id = '", s->id, "' already runs job '", s->running_job_id, "'"));
   }
-  if (req.kind() == v1::JOB_FORWARD) {
+  // A streaming job's inputs are still arriving: its executor waits for the rows each unit and
+  // send reads (SessionInputGate) instead of the checks of complete inputs here.
+  if (req.kind() == v1::JOB_FORWARD && !req.inputs_streaming()) {
     if (s->inputs_consumed &&
         !(s->q_rows.complete() && s->k_rows.complete() && s->v_rows.complete())) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -41,7 +44,8 @@ absl::Status JobRunner::Prepare(WorkerSession* s, const v1::RunJobRequest& req) 
     RETURN_IF_ERROR(CheckCovered(s->q_rows, "TENSOR_Q", "a forward job"));
     RETURN_IF_ERROR(CheckCovered(s->k_rows, "TENSOR_K", "a forward job"));
     RETURN_IF_ERROR(CheckCovered(s->v_rows, "TENSOR_V", "a forward job"));
-  } else {
+  }
+  if (req.kind() == v1::JOB_BACKWARD) {
     if (!s->forward_done && s->inputs_consumed) {
       return absl::FailedPreconditionError(absl::StrCat(
           "kind = JOB_BACKWARD: the last backward of session '", s->id,
@@ -53,10 +57,14 @@ absl::Status JobRunner::Prepare(WorkerSession* s, const v1::RunJobRequest& req) 
           "kind = JOB_BACKWARD before a forward job completed on session '", s->id,
           "' (the backward uses the forward's saved O and LSE)"));
     }
-    RETURN_IF_ERROR(CheckCovered(s->dout_rows, "TENSOR_DO", "a backward job"));
+    if (!req.inputs_streaming()) {
+      RETURN_IF_ERROR(CheckCovered(s->dout_rows, "TENSOR_DO", "a backward job"));
+    }
   }
   s->job_running = true;
   s->running_job_id = req.job_id();
+  s->running_kind = req.kind();
+  s->inputs_streaming = req.inputs_streaming();
   s->cancel = false;
   return absl::OkStatus();
 }
@@ -107,6 +115,7 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   }
 
   absl::StatusOr<PassStats> result;
+  SessionInputGate gate(s.get());  // used by a streaming job only
   bool ran_executor = false;
   (void)s->transport->TakeDeviceIdleSeconds();  // drop what an earlier, failed job left
   const absl::Time job_start = absl::Now();
@@ -126,6 +135,7 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
       opts.step_timeout = step_timeout_;
       opts.cancel = &s->cancel;
       if (s->mask != nullptr) opts.mask_intervals = s->mask->intervals();
+      if (req.inputs_streaming()) opts.inputs = &gate;
       PlanExecutor executor(s->backend.get(), *transport, s->storage.get(), opts);
       executor_start = absl::Now();
       ran_executor = true;
@@ -156,6 +166,15 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
     std::lock_guard<std::mutex> l(s->mu);
     s->job_running = false;
     s->running_job_id.clear();
+    s->inputs_streaming = false;
+    // The next streaming job of the session waits for rows written after this one.
+    if (forward) {
+      s->q_rows.ClearArrivals();
+      s->k_rows.ClearArrivals();
+      s->v_rows.ClearArrivals();
+    } else {
+      s->dout_rows.ClearArrivals();
+    }
     if (forward) {
       s->forward_done = result.ok();
       s->backward_done = false;
@@ -279,6 +298,7 @@ absl::Status JobRunner::Cancel(const std::string& job_id) {
   }
   s->cancel = true;
   s->transport->Abort();
+  s->rows_arrived.notify_all();  // a unit waiting for streamed inputs
   return absl::OkStatus();
 }
 

@@ -53,6 +53,24 @@ inline RowCoverage* CoverageOf(WorkerSession* s, v1::TensorKind kind) {
   }
 }
 
+// OK when an upload of `kind` may be written now: no job runs, or the running job streams its
+// inputs (RunJobRequest.inputs_streaming) and `kind` is one of them (TENSOR_Q, _K, _V for a
+// forward, TENSOR_DO for a backward); FAILED_PRECONDITION naming the job otherwise. A row
+// written twice while the job runs may be read in either version: a client uploads each input
+// row once per streaming job. Call with s.mu held.
+inline absl::Status CheckUploadable(const WorkerSession& s, v1::TensorKind kind) {
+  if (!s.job_running) return absl::OkStatus();
+  const bool input = s.running_kind == v1::JOB_FORWARD
+                         ? (kind == v1::TENSOR_Q || kind == v1::TENSOR_K || kind == v1::TENSOR_V)
+                         : kind == v1::TENSOR_DO;
+  if (s.inputs_streaming && input) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "session_id = '", s.id, "' is running job '", s.running_job_id, "'",
+      s.inputs_streaming ? absl::StrCat(", which streams other inputs than ", KindName(kind))
+                         : std::string(),
+      "; try again after it"));
+}
+
 // OK when `kind` may be downloaded now; INVALID_ARGUMENT for an unknown kind,
 // FAILED_PRECONDITION before its job ran or after the backward consumed it.
 inline absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind) {

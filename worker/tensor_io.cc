@@ -136,6 +136,7 @@ absl::StatusOr<int64_t> CheckUploadChunk(const WorkerSession& s, v1::TensorKind 
 void MarkUploaded(WorkerSession* s, v1::TensorKind kind, int32_t b, int64_t local, int64_t n) {
   CoverageOf(s, kind)->Mark(b * s->storage->rows() + local, n);
   Invalidate(s, kind);
+  s->rows_arrived.notify_all();  // a streaming job may wait for these rows
 }
 
 }  // namespace
@@ -226,6 +227,7 @@ absl::Status WriteBlock(WorkerSession* s, v1::TensorKind kind, const RowRange& r
     CoverageOf(s, kind)->Mark(b * s->storage->rows() + local, rows.size());
   }
   Invalidate(s, kind);
+  s->rows_arrived.notify_all();  // a streaming job may wait for these rows
   return absl::OkStatus();
 }
 

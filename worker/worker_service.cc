@@ -174,7 +174,7 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
     ASSIGN_OR_RETURN(m, s->shm_mappings.Find(name, need));
   }
   std::lock_guard<std::mutex> l(s->mu);
-  RETURN_IF_ERROR(CheckIdle(*s));
+  RETURN_IF_ERROR(req.upload() ? session_tensors::CheckUploadable(*s, req.kind()) : CheckIdle(*s));
   if (req.upload()) {
     RETURN_IF_ERROR(WriteBlock(s.get(), req.kind(), rows, m ? m->addr : nullptr));
   } else {
@@ -224,7 +224,8 @@ grpc::Status WorkerServiceImpl::DeviceTransfer(grpc::ServerContext* ctx,
                                               PresentedCapability(*ctx)));
 #ifdef DFA_HAVE_NCCL
     std::lock_guard<std::mutex> l(s->mu);
-    RETURN_IF_ERROR(CheckIdle(*s));
+    RETURN_IF_ERROR(req->upload() ? session_tensors::CheckUploadable(*s, req->kind())
+                                  : CheckIdle(*s));
     return RunDeviceTransfer(s.get(), *req);
 #else
     return absl::FailedPreconditionError(
@@ -285,7 +286,8 @@ grpc::Status WorkerServiceImpl::ClientGroupTransfer(grpc::ServerContext* ctx,
     auto it = ctx->client_metadata().find(kClientGroupSecretMetadata);
     if (it != ctx->client_metadata().end()) secret.assign(it->second.data(), it->second.size());
     std::lock_guard<std::mutex> l(s->mu);
-    RETURN_IF_ERROR(CheckIdle(*s));
+    RETURN_IF_ERROR(req->upload() ? session_tensors::CheckUploadable(*s, req->kind())
+                                  : CheckIdle(*s));
     return client_groups_.Transfer(s.get(), *req, secret);
   }();
   if (bytes.ok()) {

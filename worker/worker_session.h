@@ -7,10 +7,14 @@
 // RPC that found one keeps it alive even if CloseSession races it.
 // Threads: `mu` guards everything below it. Data-plane RPCs and RunJob take it; a job holds
 // `job_running` (not the mutex) while it computes, so CancelJob and status queries never wait
-// for a job, and data RPCs on a session with a running job get FAILED_PRECONDITION.
+// for a job, and data RPCs on a session with a running job get FAILED_PRECONDITION — except
+// uploads of the rows a streaming job (RunJobRequest.inputs_streaming) still waits for, which
+// notify `rows_arrived` (worker/session_input_gate.h).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -31,15 +35,18 @@ namespace dfa {
 class CudaIpcImporter;  // core/gpu/cuda_ipc.h (built with CUDA only)
 
 // Which (batch, local row) pairs of an input tensor have been written, so a job can refuse to
-// run on inputs that were never (fully) uploaded.
+// run on inputs that were never (fully) uploaded; and which of them arrived since the last job
+// that read the tensor ended (ClearArrivals), the rows a streaming job waits for.
 class RowCoverage {
  public:
   void Reset(int64_t pairs) {
     covered_.assign(static_cast<size_t>(pairs), 0);
+    arrived_.assign(static_cast<size_t>(pairs), 0);
     count_ = 0;
   }
   void Mark(int64_t first, int64_t n) {
     for (int64_t i = first; i < first + n; ++i) {
+      arrived_[static_cast<size_t>(i)] = 1;
       if (!covered_[static_cast<size_t>(i)]) {
         covered_[static_cast<size_t>(i)] = 1;
         ++count_;
@@ -48,12 +55,22 @@ class RowCoverage {
   }
   void MarkAll() { Mark(0, static_cast<int64_t>(covered_.size())); }
   void Clear() { Reset(static_cast<int64_t>(covered_.size())); }
+  // Whether pairs [first, first + n) have all arrived since ClearArrivals.
+  bool ArrivedAll(int64_t first, int64_t n) const {
+    for (int64_t i = first; i < first + n; ++i) {
+      if (!arrived_[static_cast<size_t>(i)]) return false;
+    }
+    return true;
+  }
+  // A job that read the tensor ended: the next streaming job waits for rows written after now.
+  void ClearArrivals() { std::fill(arrived_.begin(), arrived_.end(), 0); }
   bool complete() const { return count_ == static_cast<int64_t>(covered_.size()); }
   int64_t count() const { return count_; }
   int64_t total() const { return static_cast<int64_t>(covered_.size()); }
 
  private:
   std::vector<uint8_t> covered_;
+  std::vector<uint8_t> arrived_;
   int64_t count_ = 0;
 };
 
@@ -89,6 +106,13 @@ struct WorkerSession {
   std::mutex mu;
   bool job_running = false;        // guarded by mu
   std::string running_job_id;      // guarded by mu
+  v1::JobKind running_kind = v1::JOB_FORWARD;  // guarded by mu; the running job's kind
+  // The running job streams its inputs (RunJobRequest.inputs_streaming): uploads of its input
+  // kinds' missing rows are accepted while it runs. Guarded by mu.
+  bool inputs_streaming = false;
+  // Notified (with mu held or not) after every upload marks rows and when the job is cancelled;
+  // a streaming job's executor waits on it (with mu).
+  std::condition_variable rows_arrived;
   bool forward_done = false;       // O and LSE hold the forward of the current Q, K, V
   bool backward_done = false;      // dQ, dK, dV hold the backward of the current dO
   // A backward has run since Q, K, V were last complete: it wrote the gradients into their

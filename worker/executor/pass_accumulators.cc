@@ -31,7 +31,8 @@ absl::Status PassAccumulators::Begin() {
         "storage has key chunks only (its layout was made for another plan)"));
   }
   // D = rowsum(dO * O) of the owned rows, before any grad_in leaves this worker and before dQ's
-  // accumulator (over O in the work region) is zeroed.
+  // accumulator (over O in the work region) is zeroed: with dO still arriving, all of it first.
+  for (const RowRange& r : st->owned()) RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kDout, r));
   if (!ctx_.stats.steps.empty()) ++ctx_.stats.steps[0].delta_launches;
   RETURN_IF_ERROR(ctx_.backend->ComputeDelta(st->dout(), st->o(), st->delta(), ctx_.stream));
   auto zero = [&](const TensorView& g) {

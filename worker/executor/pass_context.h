@@ -5,6 +5,7 @@
 // and the step compute (step_compute.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,7 +44,23 @@ struct PassContext {
   void* stream = nullptr;        // the compute stream (options.compute_stream)
   PassStats stats;               // stats.steps sized to the pass's steps
   StepStats* cur = nullptr;      // the step running now; stays on the last step after the loop
+  double input_wait = 0;         // seconds the running step waited for streamed inputs
+
+  // Waits for rows of an input still arriving (ExecutorOptions::inputs; OK at once without a
+  // gate), counting the wait as the running step's idle time.
+  absl::Status WaitInput(InputTensor t, const RowRange& rows);
 };
+
+inline absl::Status PassContext::WaitInput(InputTensor t, const RowRange& rows) {
+  if (options.inputs == nullptr || rows.size() <= 0) return absl::OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status st = options.inputs->WaitRows(t, rows, options.step_timeout, options.cancel);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  input_wait += waited;
+  if (cur != nullptr) cur->idle_seconds += waited;
+  return st;
+}
 
 // Counts one backend call in *counter and passes its status through.
 inline absl::Status Launch(int64_t* counter, absl::Status s) {

@@ -92,6 +92,7 @@ absl::Status PassRunner::RunStep(int t) {
   StepStats& s = ctx_.stats.steps[t];
   const int T = static_cast<int>(ctx_.steps().size());
   double t0 = Now();
+  ctx_.input_wait = 0;
   RETURN_IF_ERROR(groups_.WaitEarly(t));
   double t1 = Now();
   s.idle_seconds = t1 - t0;
@@ -127,7 +128,7 @@ absl::Status PassRunner::RunStep(int t) {
   const double t3 = Now();
   s.idle_seconds += t3 - t2;
   if (t + 1 < T) RETURN_IF_ERROR(groups_.PostLate(t + 1));
-  s.busy_seconds = Now() - t1 - (t3 - t2);
+  s.busy_seconds = Now() - t1 - (t3 - t2) - ctx_.input_wait;
   // Release what this step was the last to use (sends of step t completed in the Wait above).
   buffers_.ReleaseAfterStep(t);
   return absl::OkStatus();

@@ -60,6 +60,7 @@
 #include "core/planner/worker_memory.h"
 #include "kernels/attention_backend.h"
 #include "core/status.h"
+#include "worker/executor/input_gate.h"
 #include "worker/executor/session_storage.h"
 #include "core/transport.h"
 
@@ -81,6 +82,13 @@ struct ExecutorOptions {
   // arrays in the backend's memory (worker/session_mask.h), passed to every unit. Dense plans
   // leave them null and call kFull / kCausal.
   MaskIntervals mask_intervals;
+  // Inputs still arriving (input_gate.h; not owned): the forward waits, before each unit on owned
+  // rows, for its Q rows and K/V rows, and before each send of owned rows for the rows it
+  // carries; the backward waits for the worker's whole dO before its first step (D = rowsum(dO·O)
+  // of every owned row comes first: dQ's accumulator takes O's memory). Each wait is bounded by
+  // step_timeout and honours cancel; the time counts as the step's idle time. null: the inputs
+  // are all present.
+  InputGate* inputs = nullptr;
 };
 
 // What one step cost. Times are host wall-clock: for a synchronous backend (cpu) busy is the

@@ -83,6 +83,23 @@ const UnitPairs* StepCompute::MaskedPairs() {
   return pairs_.get();
 }
 
+absl::Status StepCompute::WaitForInputs(const FusedCall& call, const std::vector<ComputeOp>& ops,
+                                         const std::vector<Side>& qs,
+                                         const std::vector<Side>& kvs) {
+  if (ctx_.options.inputs == nullptr) return absl::OkStatus();
+  for (int i : call.ops) {
+    const ComputeOp& op = ops[static_cast<size_t>(i)];
+    if (qs[static_cast<size_t>(i)].buffer == nullptr) {
+      RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kQ, op.q_rows));
+    }
+    if (kvs[static_cast<size_t>(i)].buffer == nullptr) {
+      RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kK, op.kv_rows));
+      RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kV, op.kv_rows));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepCompute::RunStep(int t) {
   const std::vector<ComputeOp>& ops = ctx_.steps()[t].computes;
   std::vector<Side> qs, kvs;
@@ -98,6 +115,7 @@ absl::Status StepCompute::RunStep(int t) {
   const std::vector<FusedCall> calls = FuseStepOps(ops, qp, kp, ctx_.plan.mask(), MaskedPairs());
   if (ctx_.fwd || !acc_.chunked()) {
     for (const FusedCall& call : calls) {
+      if (ctx_.fwd) RETURN_IF_ERROR(WaitForInputs(call, ops, qs, kvs));
       RETURN_IF_ERROR(Compute(call, qs[call.ops[0]], kvs[call.ops[0]], t, {}));
     }
     return absl::OkStatus();

@@ -52,6 +52,10 @@ class StepCompute {
   };
   absl::Status Compute(const FusedCall& call, const Side& q, const Side& kv, int t,
                        const KeyPiece& piece);
+  // Inputs still arriving (ExecutorOptions::inputs): waits for the owned Q rows and K/V rows the
+  // call's ops read.
+  absl::Status WaitForInputs(const FusedCall& call, const std::vector<ComputeOp>& ops,
+                             const std::vector<Side>& qs, const std::vector<Side>& kvs);
   // A chunked backward's piece of a call on owned keys: dK, dV into the chunk's accumulators.
   absl::Status ComputePiece(const FusedCall& call, const Side& q, int t, const KeyPiece& piece);
 

@@ -117,6 +117,15 @@ absl::Status StepGroups::PrepareEarlySends(int t, const std::vector<Transfer>& s
     std::vector<TensorView> src;
     absl::StatusOr<int64_t> local = st->LocalRow(x.rows);
     if (local.ok()) {
+      // Inputs still arriving: a forward's send waits for the rows it carries (the backward's
+      // Q, K, V are the forward's, and its dO has all arrived before its first step).
+      if (ctx_.fwd && x.tensor == PlanTensor::kQ) {
+        RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kQ, x.rows));
+      }
+      if (ctx_.fwd && x.tensor == PlanTensor::kKV) {
+        RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kK, x.rows));
+        RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kV, x.rows));
+      }
       std::vector<void*> bases;
       switch (x.tensor) {
         case PlanTensor::kQ: bases = {st->q().data}; break;

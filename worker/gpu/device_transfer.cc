@@ -237,6 +237,7 @@ void MarkUploaded(WorkerSession* s, const v1::DeviceTransferRequest& req) {
   for (int b = 0; b < s->spec.batch(); ++b) c->Mark(b * s->storage->rows() + *local, rows.size());
   if (kind != v1::TENSOR_DO) s->forward_done = false;
   s->backward_done = false;
+  s->rows_arrived.notify_all();  // a streaming job may wait for these rows
 }
 
 // Validates `req` and queues its copy on the backend's default stream (not synchronised).

@@ -130,8 +130,14 @@ class PyAttentionJob {
   template <typename F>
   auto Call(F&& fn) -> typename decltype(fn())::value_type {
     interrupts_.Begin();
+    job_->run_cancel().Reset();
     try {
-      return Value(RunBlocking(fn, [this] { interrupts_.Interrupt(); }));
+      // Ctrl-C: a streaming job's waiting SubmitJob is cancelled (the coordinator cancels the
+      // job); a job followed by id is cancelled through CancelJob.
+      return Value(RunBlocking(fn, [this] {
+        job_->run_cancel().Cancel();
+        interrupts_.Interrupt();
+      }));
     } catch (nb::python_error&) {
       {
         nb::gil_scoped_release release;

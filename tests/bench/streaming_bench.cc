@@ -1,0 +1,138 @@
+// dfa-streaming-bench: one attention layer (forward + backward from host tensors through
+// AttentionJob) on a local cluster, its inputs uploaded before the job (serial) or while it
+// starts (streaming: SubmitJob with inputs_streaming, docs/worker.md "Streaming inputs"), over
+// gRPC chunks and shared memory. Prints the median wall time of Forward (upload Q, K, V + job
+// + download O, LSE) and Backward (upload dO + job + download dQ, dK, dV) per mode and path,
+// and the upload alone (Session::Upload of Q, K, V) beside them. A figure, not a test: nothing
+// is asserted.
+//
+// usage: dfa-streaming-bench [seq=4096] [q_heads=8] [kv_heads=8] [head_dim=64] [repeats=3]
+//                            [backend=cpu] [workers=2] [threads=1]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "client/attention_job.h"
+#include "client/local_cluster.h"
+
+namespace dfa {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int Main(int argc, char** argv) {
+  auto arg = [&](int i, const char* def) { return std::string(argc > i ? argv[i] : def); };
+  const int64_t seq = std::atoll(arg(1, "4096").c_str());
+  const int hq = std::atoi(arg(2, "8").c_str()), hkv = std::atoi(arg(3, "8").c_str());
+  const int dim = std::atoi(arg(4, "64").c_str()), repeats = std::atoi(arg(5, "3").c_str());
+  const std::string backend = arg(6, "cpu");
+  const int workers = std::atoi(arg(7, "2").c_str()), threads = std::atoi(arg(8, "1").c_str());
+
+  client::LocalClusterOptions co;
+  co.workers = workers;
+  co.backend = backend;
+  co.threads_per_worker = threads;
+  auto cluster = client::LocalCluster::Start(co);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "cluster: %s\n", cluster.status().ToString().c_str());
+    return 1;
+  }
+  auto c = client::Client::Connect((*cluster)->client_options());
+  if (!c.ok()) {
+    std::fprintf(stderr, "connect: %s\n", c.status().ToString().c_str());
+    return 1;
+  }
+  v1::AttentionSpec spec;
+  spec.set_batch(1);
+  spec.set_seq_len(seq);
+  spec.set_q_heads(hq);
+  spec.set_kv_heads(hkv);
+  spec.set_head_dim(dim);
+  spec.set_causal(true);
+  spec.set_dtype(v1::DTYPE_BF16);
+  client::HostTensor q = *client::MakeTensor(spec, v1::TENSOR_Q);
+  client::HostTensor k = *client::MakeTensor(spec, v1::TENSOR_K);
+  client::HostTensor v = *client::MakeTensor(spec, v1::TENSOR_V);
+  client::HostTensor dout = *client::MakeTensor(spec, v1::TENSOR_DO);
+  client::FillRandom(1, &q);
+  client::FillRandom(2, &k);
+  client::FillRandom(3, &v);
+  client::FillRandom(4, &dout);
+  const double mib = (q.size_bytes() + k.size_bytes() + v.size_bytes()) / 1048576.0;
+  std::printf("causal bf16 B=1 S=%lld Hq=%d Hkv=%d D=%d, %d %s workers x %d threads; Q+K+V "
+              "%.1f MiB; median of %d\n",
+              static_cast<long long>(seq), hq, hkv, dim, workers, backend.c_str(), threads, mib,
+              repeats);
+  std::printf("%-5s %-10s %12s %12s %12s %12s\n", "path", "mode", "upload ms", "forward ms",
+              "backward ms", "layer ms");
+  for (client::TransferPath path :
+       {client::TransferPath::kGrpc, client::TransferPath::kSharedMemory}) {
+    // The upload alone, on a session of its own that runs no job.
+    client::SessionOptions so;
+    so.spec = spec;
+    so.num_workers = workers;
+    auto probe = (*c)->CreateSession(so);
+    if (!probe.ok()) {
+      std::fprintf(stderr, "session: %s\n", probe.status().ToString().c_str());
+      return 1;
+    }
+    client::TransferOptions t;
+    t.path = path;
+    std::vector<double> up;
+    for (int r = 0; r <= repeats; ++r) {
+      const absl::Time t0 = absl::Now();
+      auto u = (*probe)->Upload({{v1::TENSOR_Q, &q}, {v1::TENSOR_K, &k}, {v1::TENSOR_V, &v}}, t);
+      if (!u.ok()) {
+        std::fprintf(stderr, "upload: %s\n", u.status().ToString().c_str());
+        return 1;
+      }
+      if (r > 0) up.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    }
+    (void)(*probe)->Release();
+    for (bool streaming : {false, true}) {
+      client::AttentionJobOptions o;
+      o.session.spec = spec;
+      o.session.num_workers = workers;
+      o.transfer.path = path;
+      o.max_retries = 0;
+      o.stream_inputs = streaming;
+      client::AttentionJob job(c->get(), o);
+      std::vector<double> fwd, bwd;
+      for (int r = 0; r <= repeats; ++r) {  // the first run warms up (connections, segments)
+        absl::Time t0 = absl::Now();
+        auto f = job.Forward(q, k, v);
+        const double tf = absl::ToDoubleMilliseconds(absl::Now() - t0);
+        if (!f.ok()) {
+          std::fprintf(stderr, "forward: %s\n", f.status().ToString().c_str());
+          return 1;
+        }
+        t0 = absl::Now();
+        auto b = job.Backward(dout);
+        const double tb = absl::ToDoubleMilliseconds(absl::Now() - t0);
+        if (!b.ok()) {
+          std::fprintf(stderr, "backward: %s\n", b.status().ToString().c_str());
+          return 1;
+        }
+        if (r == 0) continue;
+        fwd.push_back(tf);
+        bwd.push_back(tb);
+      }
+      std::printf("%-5s %-10s %12.1f %12.1f %12.1f %12.1f\n",
+                  path == client::TransferPath::kGrpc ? "grpc" : "shm",
+                  streaming ? "streaming" : "serial", Median(up), Median(fwd), Median(bwd),
+                  Median(fwd) + Median(bwd));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dfa
+
+int main(int argc, char** argv) { return dfa::Main(argc, argv); }
