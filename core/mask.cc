@@ -103,6 +103,11 @@ absl::Status ValidateMask(const MaskSpec& mask, int batch, int64_t seq) {
             "doc_offsets[", b, "][", i, "]: must be greater than doc_offsets[", b, "][", i - 1,
             "] = ", off[i - 1], ", got ", off[i]));
       }
+      if (i + 1 < off.size() && off[i] >= seq) {  // an inner offset at or past the end
+        return absl::InvalidArgumentError(absl::StrCat("doc_offsets[", b, "][", i,
+                                                       "]: must be less than seq_len = ", seq,
+                                                       ", got ", off[i]));
+      }
     }
     if (off.back() != seq) {
       return absl::InvalidArgumentError(absl::StrCat("doc_offsets[", b, "][", off.size() - 1,

@@ -225,6 +225,10 @@ TEST(MaskTest, ValidateMaskNamesTheField) {
   EXPECT_EQ(message(m, 2, 8), "doc_offsets[1][0]: must be 0, got 1");
   m.doc_offsets = {{0, 4, 7}};
   EXPECT_EQ(message(m, 2, 8), "doc_offsets[0][2]: must be seq_len = 8, got 7");
+  m.doc_offsets = {{0, 4, 9, 12}};  // past the end before the last offset: named where it is
+  EXPECT_EQ(message(m, 1, 8), "doc_offsets[0][2]: must be less than seq_len = 8, got 9");
+  m.doc_offsets = {{0, 4, 9}};
+  EXPECT_EQ(message(m, 1, 8), "doc_offsets[0][2]: must be seq_len = 8, got 9");
   m.doc_offsets = {{0, 8}, {0, 8}};
   EXPECT_EQ(message(m, 3, 8), "doc_offsets: must have 0, 1 or batch (3) entries, got 2");
   m.doc_offsets = {{0}};

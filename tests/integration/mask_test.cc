@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/grpc_util.h"
 #include "core/spec_validation.h"
 #include "tests/integration/cluster_fixture.h"
 
@@ -97,32 +98,61 @@ INSTANTIATE_TEST_SUITE_P(
              8, 2}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
-// A bad mask never reaches a worker: CreateSession answers INVALID_ARGUMENT naming the field.
+// A bad mask never reaches a worker: CreateSession answers INVALID_ARGUMENT naming the field,
+// through the library and straight to the coordinator (the rpc without the library): offsets
+// not increasing, past seq_len (an inner one, the last one), more documents than the
+// coordinator's --max_documents, negative windows.
 TEST(MaskSpecRejected, CreateSessionNamesTheField) {
-  auto cluster = StartClusterOrSkip(1);
+  auto cluster = StartClusterOrSkip(1, {"--max_documents=8"});
   if (!cluster) GTEST_SKIP() << "dfa-coordinator / dfa-worker not built";
   auto client = client::Client::Connect(cluster->coordinator_address());
   ASSERT_TRUE(client.ok());
-  Case c{"bad", 1, "balanced", true, 1, {{0, 80, 70, 600}}, -1, -1};
-  client::SessionOptions so;
-  so.spec = SpecOf(c);
-  so.num_workers = 1;
-  auto session = (*client)->CreateSession(so);
-  ASSERT_FALSE(session.ok());
-  EXPECT_EQ(session.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(session.status().message().find(
-                "doc_offsets[0][2]: must be greater than doc_offsets[0][1] = 80, got 70"),
-            std::string::npos)
-      << session.status();
-  c.docs = {};
-  c.window_left = -3;
-  so.spec = SpecOf(c);
-  so.spec.set_window_left(-3);
-  session = (*client)->CreateSession(so);
-  ASSERT_FALSE(session.ok());
-  EXPECT_NE(session.status().message().find("window_left: must be >= 0 (or -1: unbounded), got -3"),
-            std::string::npos)
-      << session.status();
+  auto raw_create = [&](const v1::AttentionSpec& spec) {
+    grpc::ClientContext ctx;
+    client::SetDeadline(&ctx, absl::Seconds(10));
+    v1::CreateSessionRequest req;
+    *req.mutable_spec() = spec;
+    req.set_client_id((*client)->client_id());
+    v1::CreateSessionResponse resp;
+    return client::FromGrpc((*client)->coordinator()->CreateSession(&ctx, req, &resp), "raw");
+  };
+  struct Bad {
+    std::vector<int64_t> offsets;
+    int64_t window_left, window_right;
+    std::string message;
+  };
+  const std::vector<Bad> bad = {
+      {{0, 80, 70, 600}, -1, -1,
+       "spec.doc_offsets[0][2]: must be greater than doc_offsets[0][1] = 80, got 70"},
+      {{0, 300, 700, 800}, -1, -1,
+       "spec.doc_offsets[0][2]: must be less than seq_len = 600, got 700"},
+      {{0, 300, 700}, -1, -1, "spec.doc_offsets[0][2]: must be seq_len = 600, got 700"},
+      {{0, 60, 120, 180, 240, 300, 360, 420, 480, 600}, -1, -1,
+       "spec.doc_offsets: must hold <= 8 documents in all (max_documents), got 9"},
+      {{}, -3, -1, "spec.window_left: must be >= 0 (or -1: unbounded), got -3"},
+      {{0, 100, 600}, 16, -7, "spec.window_right: must be >= 0 (or -1: unbounded), got -7"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.message);
+    v1::AttentionSpec spec = MakeSpec(1, kSeq, 4, 2, 32, true, v1::DTYPE_BF16);
+    if (!b.offsets.empty()) {
+      v1::DocOffsets* row = spec.add_doc_offsets();
+      for (int64_t o : b.offsets) row->add_offsets(o);
+    }
+    if (b.window_left != -1) spec.set_window_left(b.window_left);
+    if (b.window_right != -1) spec.set_window_right(b.window_right);
+    client::SessionOptions so;
+    so.spec = spec;
+    so.num_workers = 1;
+    for (const absl::Status& s : {(*client)->CreateSession(so).status(), raw_create(spec)}) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find(b.message), std::string::npos) << s;
+    }
+  }
+  // The worker holds no session: nothing was placed.
+  auto status = (*client)->GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->sessions(), 0) << status->ShortDebugString();
   EXPECT_TRUE(cluster->Stop().ok());
 }
 

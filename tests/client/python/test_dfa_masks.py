@@ -5,7 +5,11 @@ dfa.torch.attention(..., cu_seqlens=..., window_size=...) forward and backward a
 SDPA given the same mask as an explicit boolean attn_mask (fp32: within 1e-4), with documents
 crossing the workers' shards, per-row documents, GQA and the bhsd layout; dfa.torch.Attention
 with a document layout per step; the numpy path (dfa.AttentionSpec with doc_offsets); and the
-argument checks (errors naming cu_seqlens / window_size / spec.doc_offsets).
+argument checks (errors naming cu_seqlens / window_size / spec.doc_offsets). A long document
+crossing the shards (S = 12288): the layer's session gets the packed-document plan (the long
+document striped over the 3 workers, read from dfa.torch.Attention.shards) and matches causal
+SDPA inside each document. A coordinator with --max_documents=4 refuses 5 documents, naming
+spec.doc_offsets and the flag, from a session and from the op.
 
 Run: DFA_BIN_DIR=<build> PYTHONPATH=<build>/client/python python3 tests/client/python/test_dfa_masks.py
 (ctest python_mask_test does that).
@@ -150,6 +154,10 @@ class TorchMaskTest(unittest.TestCase):
         refuses("cu_seqlens[0] = 1: the first offset must be 0", cu_seqlens=torch.tensor([1, 64]))
         refuses("cu_seqlens[2] = 60: the last offset must be the sequence length 64",
                 cu_seqlens=torch.tensor([0, 30, 60]))
+        refuses("cu_seqlens[1] = 70: an inner offset must be less than the sequence length 64",
+                cu_seqlens=torch.tensor([0, 70, 80]))
+        refuses("cu_seqlens[2] = 70: the last offset must be the sequence length 64",
+                cu_seqlens=torch.tensor([0, 30, 70]))
         refuses("cu_seqlens: expected an integer tensor, got dtype torch.float32",
                 cu_seqlens=torch.tensor([0.0, 64.0]))
         refuses("cu_seqlens: expected a 1-D integer tensor (every batch row) or one per batch "
@@ -194,6 +202,15 @@ class NumpyMaskTest(unittest.TestCase):
         self.assertIn("spec.doc_offsets[0][2]: must be greater than doc_offsets[0][1] = 40, got 30",
                       str(cm.exception))
         with self.assertRaises(ValueError) as cm:
+            dfa.AttentionSpec(batch=1, seq_len=64, q_heads=2, head_dim=8,
+                              doc_offsets=((0, 70, 80, 90),))
+        self.assertIn("spec.doc_offsets[0][1]: must be less than seq_len = 64, got 70",
+                      str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            dfa.AttentionSpec(batch=1, seq_len=64, q_heads=2, head_dim=8, window_left=-2)
+        self.assertIn("spec.window_left: must be >= 0 (or -1: unbounded), got -2",
+                      str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
             dfa.AttentionSpec(batch=1, seq_len=64, q_heads=2, head_dim=8, window_right=-4)
         self.assertIn("spec.window_right: must be >= 0 (or -1: unbounded), got -4",
                       str(cm.exception))
@@ -201,6 +218,117 @@ class NumpyMaskTest(unittest.TestCase):
                                  doc_offsets=[0, 10, 64])  # one row: every batch row
         self.assertEqual(spec.doc_offsets, ((0, 10, 64),))
         self.assertFalse(spec.dense)
+
+
+def per_document_sdpa(cu, gqa):
+    """Causal attention inside each document of `cu` (bshd): SDPA per document, concatenated;
+    the mask of bool_mask(S, cu, True, (-1, -1)) without building an S x S mask."""
+    def fn(q, k, v):
+        outs = []
+        for a, b in zip(cu[:-1], cu[1:]):
+            outs.append(F.scaled_dot_product_attention(
+                q[:, a:b].transpose(1, 2), k[:, a:b].transpose(1, 2), v[:, a:b].transpose(1, 2),
+                is_causal=True, enable_gqa=gqa).transpose(1, 2))
+        return torch.cat(outs, 1)
+    return fn
+
+
+def striped_holders(shards, begin, end):
+    """How many workers hold rows of document [begin, end) when each holds a front range of it
+    and that range's mirror (the middle one a single centred range), at least one both: the
+    striped ring of the packed-document plan inside the document. 0 when not so."""
+    holders, two = 0, False
+    for shard in shards:
+        inside = []
+        for a, b in sorted(shard["owned"]):
+            a, b = max(a, begin), min(b, end)
+            if a >= b:
+                continue
+            if inside and inside[-1][1] == a:
+                inside[-1] = (inside[-1][0], b)
+            else:
+                inside.append((a, b))
+        if not inside:
+            continue
+        holders += 1
+        (f0, f1), (b0, b1) = inside[0], inside[-1]
+        if len(inside) > 2 or f0 - begin != end - b1:
+            return 0
+        if len(inside) == 2:
+            if f1 - begin != end - b0:
+                return 0
+            two = True
+    return holders if two else 0
+
+
+class TorchDocumentPlanTest(unittest.TestCase):
+    """A long document crossing the shards of the 3 workers, short and 1-token ones around it:
+    the coordinator's balanced plan for the layer's session is the packed-document plan (the
+    long document striped over the workers), and the op's forward and backward equal causal
+    SDPA inside each document (fp32)."""
+
+    def test_long_document_is_striped_and_exact(self):
+        lengths = (37, 1, 10240, 500, 1, 1200, 309)
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        s = cu[-1]
+        q, k, v = leaves((1, s, 2, 16), (1, s, 1, 16), (1, s, 1, 16), seed=11)
+        g = torch.randn_like(q)
+        attn = dfa.torch.Attention(CLIENT, is_causal=True, enable_gqa=True)
+        try:
+            self.assertEqual(attn.shards, ())
+            out = attn(q, k, v, cu_seqlens=torch.tensor(cu, dtype=torch.int32))
+            got = (out,) + torch.autograd.grad(out, (q, k, v), g)
+            shards = attn.shards
+        finally:
+            attn.release()
+        self.assertEqual(len(shards), 3)
+        longest = lengths.index(max(lengths))
+        holders = striped_holders(shards, cu[longest], cu[longest + 1])
+        self.assertGreaterEqual(holders, 2, [sh["owned"] for sh in shards])
+        # Contiguous shards (a sequence plan) would not stripe it.
+        self.assertEqual(striped_holders([{"owned": [(0, 5000)]}, {"owned": [(5000, 8000)]},
+                                          {"owned": [(8000, s)]}], cu[longest],
+                                         cu[longest + 1]), 0)
+
+        ref = per_document_sdpa(cu, gqa=True)(q, k, v)
+        want = (ref,) + torch.autograd.grad(ref, (q, k, v), g)
+        for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+            err = (a - b).abs().max().item()
+            self.assertLess(err, 1e-4, "packed documents P=3 %s: max |err| %.3g" % (name, err))
+
+
+class ServiceLimitTest(unittest.TestCase):
+    """The coordinator's --max_documents, from Python: more packed documents than it allows is
+    INVALID_ARGUMENT naming spec.doc_offsets and the flag, from a session and from the op."""
+
+    def test_too_many_documents(self):
+        cluster = dfa.LocalCluster(workers=1, threads_per_worker=1,
+                                   coordinator_args=["--max_documents=4"])
+        try:
+            client = dfa.Client(cluster.coordinator_address, rpc_timeout=30, job_timeout=60)
+            message = "spec.doc_offsets: must hold <= 4 documents in all (max_documents), got 5"
+            offsets = (0, 10, 20, 30, 40, 64)
+            spec = dfa.AttentionSpec(batch=1, seq_len=64, q_heads=2, head_dim=8, dtype="f32",
+                                     doc_offsets=offsets)
+            with self.assertRaises(dfa.InvalidArgumentError) as cm:
+                client.create_session(spec)
+            self.assertIn(message, str(cm.exception))
+            q = torch.randn(1, 64, 2, 8)
+            with self.assertRaises(dfa.InvalidArgumentError) as cm:
+                dfa.torch.attention(q, q, q, cu_seqlens=torch.tensor(offsets), client=client)
+            self.assertIn(message, str(cm.exception))
+            # At the limit: computed.
+            out = dfa.torch.attention(q, q, q, cu_seqlens=torch.tensor((0, 10, 20, 30, 64)),
+                                      client=client)
+            want = F.scaled_dot_product_attention(
+                q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2),
+                attn_mask=bool_mask(64, (0, 10, 20, 30, 64), False, (-1, -1))).transpose(1, 2)
+            self.assertLess((out - want).abs().max().item(), 1e-4)
+            client.close()
+        finally:
+            cluster.stop()
 
 
 if __name__ == "__main__":

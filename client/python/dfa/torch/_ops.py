@@ -240,6 +240,9 @@ def _check_mask(cu_seqlens, window_size, batch, seq):
             if row[i] <= row[i - 1]:
                 _bad("%s[%d] = %d is not greater than %s[%d] = %d"
                      % (name, i, row[i], name, i - 1, row[i - 1]))
+            if i + 1 < len(row) and row[i] >= seq:
+                _bad("%s[%d] = %d: an inner offset must be less than the sequence length %d"
+                     % (name, i, row[i], seq))
         if row[-1] != seq:
             _bad("%s[%d] = %d: the last offset must be the sequence length %d"
                  % (name, len(row) - 1, row[-1], seq))

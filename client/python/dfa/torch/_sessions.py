@@ -128,6 +128,15 @@ class _LayerJob:
     def session_id(self):
         return self._session_id
 
+    @property
+    def shards(self):
+        """The held session's placement (one dict per worker: rank, worker_id, address, owned,
+        q_heads, kv_heads); () before the first forward and on the CUDA IPC path."""
+        with self._lock:
+            if self._job is None or self._device:
+                return ()
+            return tuple(self._job.shards)
+
     def _ensure(self, spec, device=False):
         if self._job is not None and self._spec == spec and self._device == device:
             return

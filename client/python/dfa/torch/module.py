@@ -73,6 +73,14 @@ class Attention(torch.nn.Module):
         """The id of the session the layer holds ("" before its first forward)."""
         return self._job.session_id
 
+    @property
+    def shards(self):
+        """The placement of the layer's session: one dict per worker with `owned`, the (begin,
+        end) token ranges its plan gives that worker (a packed-document plan stripes a long
+        document: a front range and its mirror), and its rank, worker_id, address, q_heads and
+        kv_heads; () before the first forward and on the CUDA IPC path."""
+        return self._job.shards
+
     def release(self):
         """Frees the layer's session now; the next forward creates a new one."""
         self._job.release()
