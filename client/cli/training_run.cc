@@ -57,6 +57,9 @@ absl::Status RunTrainingJob(client::Client* client, const TrainingRunOptions& op
   jo.session = options.job.session;
   jo.transfer.path = options.path;
   jo.max_retries = options.max_retries;
+  // One progress bar at a time on this thread (each transfer, then the job's steps, which a
+  // streaming job would not report): the inputs go up before the job.
+  jo.stream_inputs = false;
   std::unique_ptr<Progress> steps;
   std::unique_ptr<Progress> bytes;  // the transfer in flight (they run one tensor at a time)
   // Set below, once the job exists; the callbacks run on this thread while it does.

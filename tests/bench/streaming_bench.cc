@@ -3,12 +3,14 @@
 // starts (streaming: SubmitJob with inputs_streaming, docs/worker.md "Streaming inputs"), over
 // gRPC chunks and shared memory. Prints the median wall time of Forward (upload Q, K, V + job
 // + download O, LSE) and Backward (upload dO + job + download dQ, dK, dV) per mode and path,
-// and the upload alone (Session::Upload of Q, K, V) beside them. A figure, not a test: nothing
-// is asserted.
+// and the upload alone (Session::Upload of Q, K, V) beside them, and how far the streamed O and
+// dQ, dK, dV are from the serial ones (max abs; the same plan: expected 0). A figure, not a
+// test: nothing is asserted.
 //
 // usage: dfa-streaming-bench [seq=4096] [q_heads=8] [kv_heads=8] [head_dim=64] [repeats=3]
 //                            [backend=cpu] [workers=2] [threads=1]
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -17,9 +19,21 @@
 #include "absl/time/clock.h"
 #include "client/attention_job.h"
 #include "client/local_cluster.h"
+#include "core/dtype.h"
 
 namespace dfa {
 namespace {
+
+// max |a - b| over the elements (infinity when the shapes differ).
+double MaxAbsDiff(const client::HostTensor& a, const client::HostTensor& b) {
+  if (a.elements() != b.elements() || a.dtype != b.dtype) return INFINITY;
+  double m = 0;
+  for (int64_t i = 0; i < a.elements(); ++i) {
+    m = std::max(m, static_cast<double>(std::abs(LoadAsFloat(a.data(), a.dtype, i) -
+                                                 LoadAsFloat(b.data(), b.dtype, i))));
+  }
+  return m;
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -95,6 +109,8 @@ int Main(int argc, char** argv) {
       if (r > 0) up.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
     }
     (void)(*probe)->Release();
+    client::ForwardOutputs serial_fwd;
+    client::BackwardOutputs serial_bwd;
     for (bool streaming : {false, true}) {
       client::AttentionJobOptions o;
       o.session.spec = spec;
@@ -104,6 +120,7 @@ int Main(int argc, char** argv) {
       o.stream_inputs = streaming;
       client::AttentionJob job(c->get(), o);
       std::vector<double> fwd, bwd;
+      char diff[160] = "";
       for (int r = 0; r <= repeats; ++r) {  // the first run warms up (connections, segments)
         absl::Time t0 = absl::Now();
         auto f = job.Forward(q, k, v);
@@ -119,6 +136,19 @@ int Main(int argc, char** argv) {
           std::fprintf(stderr, "backward: %s\n", b.status().ToString().c_str());
           return 1;
         }
+        if (r == repeats) {
+          if (!streaming) {
+            serial_fwd = std::move(*f);
+            serial_bwd = std::move(*b);
+          } else {
+            std::snprintf(diff, sizeof(diff),
+                        "      streamed vs serial, max abs: O %.3g, dQ %.3g, dK %.3g, dV %.3g\n",
+                        MaxAbsDiff(f->o, serial_fwd.o),
+                        MaxAbsDiff(b->dq, serial_bwd.dq),
+                        MaxAbsDiff(b->dk, serial_bwd.dk),
+                        MaxAbsDiff(b->dv, serial_bwd.dv));
+          }
+        }
         if (r == 0) continue;
         fwd.push_back(tf);
         bwd.push_back(tb);
@@ -127,6 +157,7 @@ int Main(int argc, char** argv) {
                   path == client::TransferPath::kGrpc ? "grpc" : "shm",
                   streaming ? "streaming" : "serial", Median(up), Median(fwd), Median(bwd),
                   Median(fwd) + Median(bwd));
+      std::fputs(diff, stdout);
     }
   }
   return 0;
