@@ -150,6 +150,17 @@ TEST_F(StreamingInputsTest, InputsThatNeverArriveEndInDeadlineExceededNamingThem
   std::thread fwd([&] { job = s->Run(v1::JOB_FORWARD, nullptr, Streaming()); });
   // Q and K arrive; V never does.
   auto up = s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}});
+  // While the job waits, only its own inputs go in, and nothing comes out.
+  auto wrong = s->Upload(v1::TENSOR_DO, in.dout);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("streams other inputs than TENSOR_DO"),
+            std::string::npos)
+      << wrong.status();
+  client::HostTensor o;
+  auto early = s->Download(v1::TENSOR_O, &o);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+  EXPECT_NE(early.status().message().find("is running job"), std::string::npos)
+      << early.status();
   fwd.join();
   const double took = absl::ToDoubleSeconds(absl::Now() - start);
   ASSERT_TRUE(up.ok()) << up.status();
