@@ -14,6 +14,7 @@ For PyTorch: ``import dfa.torch`` — dfa.torch.attention (an SDPA-style custom 
 dfa.torch.Attention (a module keeping one session per layer). See docs/python.md.
 """
 
+import dfa._preload  # noqa: F401  (before dfa._dfa: torch's NCCL where it is installed)
 from dfa.errors import DeadlineExceededError, DfaError, InvalidArgumentError
 from dfa.spec import (AttentionSpec, DO, DQ, DK, DV, K, LSE, O, Q, V, from_bf16, from_float,
                       to_bf16, to_float)

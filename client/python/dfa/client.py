@@ -29,6 +29,7 @@ lease.
 
 import ctypes
 import os
+import threading
 import weakref
 
 from dfa import _dfa
@@ -84,10 +85,13 @@ class Client:
     tls_cert, tls_key, tls_ca: PEM files for mTLS with the coordinator and the workers (all
     three or none); tls_server_name: the name the servers' certificates are checked against.
     rpc_timeout: deadline (s) of each control call and each transfer. job_timeout: of a job.
+    nccl_init_timeout, nccl_transfer_timeout: the NCCL device path's bounds (s): every worker of
+    the group joined by then, one transfer's NCCL part (dfa.device_io; nccl_tensor_io()).
     """
 
     def __init__(self, coordinator, client_id="", token="", tls_cert="", tls_key="", tls_ca="",
-                 tls_server_name="", rpc_timeout=30.0, job_timeout=1800.0):
+                 tls_server_name="", rpc_timeout=30.0, job_timeout=1800.0,
+                 nccl_init_timeout=60.0, nccl_transfer_timeout=60.0):
         global _owner_pid
         if not isinstance(coordinator, str):
             from dfa.errors import InvalidArgumentError
@@ -102,6 +106,15 @@ class Client:
                                       job_timeout=float(job_timeout), tls_cert=tls_cert or "",
                                       tls_key=tls_key or "", tls_ca=tls_ca or "",
                                       tls_server_name=tls_server_name or "", token=token or "")
+        for name, value in (("nccl_init_timeout", nccl_init_timeout),
+                            ("nccl_transfer_timeout", nccl_transfer_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                from dfa.errors import InvalidArgumentError
+                raise InvalidArgumentError("INVALID_ARGUMENT", "%s: must be a positive number "
+                                           "of seconds, got %r" % (name, value))
+        self._nccl_timeouts = (float(nccl_init_timeout), float(nccl_transfer_timeout))
+        self._nccl_io = None
+        self._nccl_lock = threading.Lock()
 
     coordinator = property(lambda self: self._c.coordinator)
     client_id = property(lambda self: self._c.client_id)
@@ -161,6 +174,18 @@ class Client:
         s = self._c.create_session(**spec.as_dict(), num_workers=num_workers, schedule=schedule,
                                    ttl_seconds=ttl_seconds)
         return Session(self, spec, s)
+
+    def nccl_tensor_io(self):
+        """This client's dfa._dfa.NcclTensorIo (the NCCL device path, dfa.device_io), made at the
+        first call and kept: its group is reused across sessions and steps. UNIMPLEMENTED where
+        the extension has no NCCL path."""
+        _check_process("Client.nccl_tensor_io")
+        with self._nccl_lock:
+            if self._nccl_io is None:
+                init, transfer = self._nccl_timeouts
+                self._nccl_io = _dfa.NcclTensorIo(self._c, init_timeout=init,
+                                                  transfer_timeout=transfer)
+            return self._nccl_io
 
     def submit_job(self, session_id, kind):
         """SubmitJob on `session_id` as this client (a session of another client is refused)."""

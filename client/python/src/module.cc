@@ -16,6 +16,7 @@ void BindAttentionJob(nb::module_& m);
 void BindLocalCluster(nb::module_& m);
 void BindCuda(nb::module_& m);
 void BindDeviceAttentionJob(nb::module_& m);
+void BindNccl(nb::module_& m);
 }  // namespace dfa::python
 
 NB_MODULE(_dfa, m) {
@@ -29,6 +30,7 @@ NB_MODULE(_dfa, m) {
   BindLocalCluster(m);
   BindCuda(m);
   BindDeviceAttentionJob(m);
+  BindNccl(m);
   m.def("validate_spec",
         [](int batch, int64_t seq_len, int q_heads, int kv_heads, int head_dim, bool causal,
            const std::string& dtype, double softmax_scale,

@@ -16,14 +16,15 @@ workers kept Q, K, V, O, LSE) and uses q, k, v only to re-run a forward whose st
 no longer hold. Autocast: under torch.autocast the floating inputs are cast to the autocast dtype
 before the op runs (an Autocast kernel for CPU and CUDA), as SDPA is.
 
-CUDA tensors go to the workers by CUDA IPC and the results come back into CUDA tensors, device
-to device, when the workers share this host (dfa/torch/_device.py; path="auto" falls back to
-host memory otherwise); CPU tensors go by shared memory or gRPC. Results are on the input's
-device.
+CUDA tensors go to the workers and the results come back into CUDA tensors, device to device
+(dfa/torch/_device.py): by CUDA IPC when the workers share this host, by NCCL otherwise
+(device_path "auto"; "ipc" or "nccl" force one); cpu workers refuse both and the layer falls
+back to host memory. CPU tensors go by shared memory or gRPC. Results are on the input's device.
 """
 
 import torch
 
+from dfa.device_io import check_device_path
 from dfa.errors import InvalidArgumentError
 from dfa.torch import _sessions
 
@@ -250,7 +251,8 @@ def _check_mask(cu_seqlens, window_size, batch, seq):
 
 
 def attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, layout="bshd",
-              cu_seqlens=None, window_size=(-1, -1), client=None, _handle=None):
+              cu_seqlens=None, window_size=(-1, -1), client=None, device_path="auto",
+              _handle=None):
     """Exact attention softmax(scale·QKᵀ + mask)·V computed by the service.
 
     q: [B, S, Hq, D] (layout "bshd") or [B, Hq, S, D] ("bhsd", as
@@ -262,7 +264,9 @@ def attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, layout=
     1-D integer tensor [0, o_1, ..., S] for every batch row (B = 1: the one row), or one such
     tensor per batch row; any lengths. window_size (left, right): query i sees keys
     i - left .. i + right (-1: unbounded; is_causal caps right at 0), as flash-attn's.
-    Returns the output in q's layout, dtype and device.
+    device_path: how CUDA tensors move ("auto": CUDA IPC to workers on this host, NCCL
+    otherwise; "ipc"; "nccl"; dfa.torch.Attention's). Returns the output in q's layout, dtype and
+    device.
     """
     _check(q, k, v, layout, enable_gqa)
     seq_dim = 1 if layout == "bshd" else 2
@@ -270,9 +274,11 @@ def attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, layout=
     mask = _encode_mask(docs, window)
     if scale is not None and (not isinstance(scale, (int, float)) or not scale > 0):
         _bad("scale: must be a positive number or None (1/sqrt(head_dim)), got %r" % (scale,))
+    check_device_path(device_path)
     if _handle is None:
         _sessions.check_client(client)
-        _handle = _sessions.register_client(client, {})
+        options = {} if device_path == "auto" else {"device_path": device_path}
+        _handle = _sessions.register_client(client, options)
     need_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
                                              v.requires_grad)
     if layout == "bhsd":

@@ -14,11 +14,12 @@ stats["reforwards"] — so it is never computed from another forward's state.
 Retries after a lost worker are the C++ AttentionJob's (a new session on the live workers,
 inputs re-sent, at most max_retries); each is logged on the "dfa" logger and counted.
 
-Paths: CUDA tensors go by CUDA IPC (dfa/torch/_device.py: a DeviceAttentionJob, the tensors
-never leave the GPU) when the extension has CUDA and path is "auto" or "ipc"; everything else is
-staged through host memory for the C++ AttentionJob (shared memory on the workers' host, gRPC
-elsewhere). stats["ipc_bytes"] counts what moved by CUDA IPC, stats["host_bytes"] what went
-through host memory.
+Paths: CUDA tensors take a device path (dfa/torch/_device.py, the tensors never leave the GPU)
+when the extension has CUDA and path is "auto" or "ipc": CUDA IPC (a DeviceAttentionJob) or
+NCCL (an NcclJob), as device_path says ("auto": IPC when the workers are on this host, NCCL
+otherwise); everything else is staged through host memory for the C++ AttentionJob (shared
+memory on the workers' host, gRPC elsewhere). stats["ipc_bytes"] counts what moved by CUDA IPC,
+stats["nccl_bytes"] by NCCL, stats["host_bytes"] through host memory.
 """
 
 import itertools
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from dfa import _dfa
+from dfa.device_io import check_device_path
 from dfa.errors import DfaError, InvalidArgumentError
 from dfa.spec import AttentionSpec
 from dfa.torch import _device
@@ -102,18 +104,21 @@ class _LayerJob:
     """One layer's session across steps (see the module docstring). Thread-safe."""
 
     def __init__(self, client, num_workers=0, schedule="", max_retries=1, path="auto",
-                 recovery_timeout=15.0, one_shot=False):
+                 recovery_timeout=15.0, one_shot=False, device_path="auto"):
         if path not in ("auto", "ipc", "shm", "grpc"):
             raise InvalidArgumentError("INVALID_ARGUMENT", "path: must be 'auto', 'ipc', 'shm' "
                                        "or 'grpc', got %r" % (path,))
+        check_device_path(device_path)
         self.client = client
         self.path = path
-        self._host_only = False    # "auto" after the workers refused CUDA IPC
+        self.device_path = device_path
+        self._host_only = False    # "auto" after the workers refused the device path
+        self._to_nccl = False      # device_path "auto" after a worker on another host refused IPC
         self.options = dict(num_workers=num_workers, schedule=schedule, max_retries=max_retries,
                             path=path, recovery_timeout=float(recovery_timeout))
         self.one_shot = one_shot
         self._job = None
-        self._device = False       # self._job is a DeviceAttentionJob
+        self._device = False       # False (host AttentionJob) or the device job's kind()
         self._spec = None
         self._generation = 0
         self._live = None          # generation whose forward state the workers hold
@@ -121,8 +126,8 @@ class _LayerJob:
         self._lock = threading.Lock()
         self.last_jobs = {}        # "forward" / "backward" -> the last job (a dict)
         self.stats = {"sessions": 0, "forwards": 0, "backwards": 0, "reforwards": 0,
-                      "retries": 0, "lost_sessions": 0, "ipc_bytes": 0, "host_bytes": 0,
-                      "ipc_fallbacks": 0}
+                      "retries": 0, "lost_sessions": 0, "ipc_bytes": 0, "nccl_bytes": 0,
+                      "host_bytes": 0, "ipc_fallbacks": 0}
 
     @property
     def session_id(self):
@@ -133,28 +138,38 @@ class _LayerJob:
         """The held session's placement (one dict per worker: rank, worker_id, address, owned,
         q_heads, kv_heads); () before the first forward and on the CUDA IPC path."""
         with self._lock:
-            if self._job is None or self._device:
+            if self._job is None or self._device == "ipc":
                 return ()
+            if self._device:
+                session = self._job._session
+                return () if session is None else tuple(session.shards)
             return tuple(self._job.shards)
 
+    def _device_kind(self):
+        """The device job a new session gets: "ipc", "nccl" or "auto-nccl" (_device.kind)."""
+        if self._to_nccl:
+            return "auto-nccl"
+        return _device.kind(self.client, self.device_path)
+
     def _ensure(self, spec, device=False):
-        if self._job is not None and self._spec == spec and self._device == device:
+        if self._job is not None and self._spec == spec and bool(self._device) == device:
             return
         self._drop()
         if device:
-            self._job = _device.new_job(self.client, spec, self.options)
+            self._device = self._device_kind()
+            self._job = _device.new_job(self.client, spec, self.options, self._device)
         else:
             options = dict(self.options)
             if options["path"] == "ipc":
                 options["path"] = "auto"
             self._job = _dfa.AttentionJob(self.client._c, spec.as_dict(), **options)
-        self._device = device
+            self._device = False
         self._spec = spec
 
     def uses_ipc(self, t):
         """Whether tensors like `t` go by CUDA IPC (see the module docstring)."""
         if self.path == "ipc":
-            _device.check("q", t, self.path)
+            _device.check("q", t, self.path, self.device_path)
             return True
         return not self._host_only and _device.wants(self.path, t)
 
@@ -187,7 +202,7 @@ class _LayerJob:
                 if device:
                     job = self._job.forward(_device.ref(q), _device.ref(k), _device.ref(v),
                                             None if o is None else _device.ref(o))
-                    self.stats["ipc_bytes"] += self._job.last_times["bytes"]
+                    self._count_device_bytes()
                 else:
                     o, _, job = self._job.forward(q, k, v)
                     self.stats["host_bytes"] += q.nbytes + k.nbytes + v.nbytes + o.nbytes
@@ -207,12 +222,29 @@ class _LayerJob:
         self._note()
         return o
 
+    def _count_device_bytes(self):
+        times = self._job.last_times
+        if self._device == "ipc":
+            self.stats["ipc_bytes"] += times["bytes"]
+        else:
+            self.stats["ipc_bytes"] += times["ipc_bytes"]
+            self.stats["nccl_bytes"] += times["nccl_bytes"]
+
     @staticmethod
     def _device_inputs(q):
         return isinstance(q, torch.Tensor) and q.is_cuda
 
     def _fallback(self, e):
-        """path="auto" and the workers refused CUDA IPC: the host paths from now on."""
+        """The workers refused the device path: "nccl" when IPC was refused by a worker on
+        another host under device_path="auto" (NCCL from now on); True under path="auto" for
+        the other refusals (the host paths from now on); False otherwise (raise)."""
+        if (self.device_path == "auto" and self._device == "ipc" and not self._to_nccl and
+                _device.other_host(e)):
+            log.warning("dfa.torch: a worker is on another host (%s); moving CUDA tensors by "
+                        "NCCL from now on", e.details)
+            self._to_nccl = True
+            self._drop()
+            return "nccl"
         if self.path != "auto" or not _device.refused(e):
             return False
         log.warning("dfa.torch: the workers cannot take CUDA IPC (%s); staging CUDA tensors "
@@ -228,12 +260,18 @@ class _LayerJob:
         with self._lock:
             if self.uses_ipc(q):
                 out = torch.empty_like(q)
-                try:
-                    self._forward_locked(spec, q, k, v, out)
-                except DfaError as e:
-                    if not self._fallback(e):
-                        raise
-                    out = None
+                while True:
+                    try:
+                        self._forward_locked(spec, q, k, v, out)
+                        break
+                    except DfaError as e:
+                        fallback = self._fallback(e)
+                        if fallback == "nccl":
+                            continue  # once: _to_nccl is set now
+                        if not fallback:
+                            raise
+                        out = None
+                        break
             else:
                 out = None
             if out is None:
@@ -268,7 +306,7 @@ class _LayerJob:
                         dq, dk, dv = (torch.empty_like(t) for t in like)
                         job = self._job.backward(_device.ref(grad_out), _device.ref(dq),
                                                  _device.ref(dk), _device.ref(dv))
-                        self.stats["ipc_bytes"] += self._job.last_times["bytes"]
+                        self._count_device_bytes()
                     else:
                         dq, dk, dv, job = self._job.backward(grad_out)
                         self.stats["host_bytes"] += grad_out.nbytes + dq.nbytes + dk.nbytes + \

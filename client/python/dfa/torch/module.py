@@ -12,15 +12,18 @@ as is; several forwards of one module before their backwards (micro-batches forw
 together) are correct too, each backward first re-running its own forward (stats["reforwards"]).
 Under torch.inference_mode (or no_grad) nothing is kept for a backward.
 
-path: how the tensors move. "auto" (default): CUDA tensors by CUDA IPC to workers on this host
-(no host copy; falling back to host memory for good when the workers refuse it), CPU tensors by
-shared memory or gRPC; "ipc": CUDA IPC or an error; "shm", "grpc": through host memory
-(dfa/torch/_device.py).
+path: how the tensors move. "auto" (default): CUDA tensors by a device path (no host copy;
+falling back to host memory for good when the workers refuse it, e.g. cpu workers), CPU tensors
+by shared memory or gRPC; "ipc": a device path or an error; "shm", "grpc": through host memory.
+device_path: which device path CUDA tensors take. "auto" (default): CUDA IPC when every worker
+is on this host, NCCL otherwise (this process joins the session's workers as an extra NCCL
+rank; one communicator per dfa.Client, reused across layers, sessions and steps); "ipc"; "nccl"
+(dfa/torch/_device.py, dfa/device_io.py).
 
 release() frees the session (also done when the module is garbage collected; the coordinator's
 TTL covers a killed process). stats: sessions created, forwards, backwards, re-forwards,
-retries after lost workers, lost sessions, bytes moved by CUDA IPC (ipc_bytes) and through host
-memory (host_bytes), IPC fallbacks.
+retries after lost workers, lost sessions, bytes moved by CUDA IPC (ipc_bytes), by NCCL
+(nccl_bytes) and through host memory (host_bytes), device-path fallbacks (ipc_fallbacks).
 """
 
 import weakref
@@ -33,7 +36,7 @@ from dfa.torch import _ops, _sessions
 class Attention(torch.nn.Module):
     def __init__(self, client, *, is_causal=False, scale=None, enable_gqa=False, layout="bshd",
                  window_size=(-1, -1), num_workers=0, schedule="", max_retries=1, path="auto",
-                 recovery_timeout=15.0):
+                 recovery_timeout=15.0, device_path="auto"):
         super().__init__()
         _sessions.check_client(client)
         if layout not in _ops._LAYOUTS:
@@ -46,7 +49,8 @@ class Attention(torch.nn.Module):
         self.window_size = tuple(window_size)
         self._job = _sessions._LayerJob(client, num_workers=num_workers, schedule=schedule,
                                         max_retries=max_retries, path=path,
-                                        recovery_timeout=recovery_timeout)
+                                        recovery_timeout=recovery_timeout,
+                                        device_path=device_path)
         self._handle = _sessions.register(self._job)
         self._finalizer = weakref.finalize(self, _sessions.unregister, self._handle)
 
