@@ -6,12 +6,15 @@
 //    the packed-document layout: the long document striped over >= 2 workers, each owning a
 //    front range of it and that range's mirror, the short documents around it; not the
 //    contiguous shards of a sequence plan (nor zigzag's mirror around the sequence's middle).
-//  - Forward and backward equal single-device attention under the mask (client/verify.h).
+//  - Forward and backward equal single-device attention under the mask (client/verify.h, the
+//    whole tensors) and the fp64 reference (kernels/reference; per document, long ones at
+//    sampled query blocks).
 //  - With a sliding window the document plan does not apply (DocumentPlanApplies): the session
 //    gets the contiguous shards of equal visible pairs, and is exact too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "core/planner/planner.h"
 #include "core/spec_validation.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "kernels/reference/reference_attention.h"
 #include "tests/integration/cluster_fixture.h"
 
 namespace dfa::testing {
@@ -48,7 +52,7 @@ std::vector<int64_t> Offsets(const std::vector<int64_t>& lengths) {
 v1::AttentionSpec SpecOf(const Case& c) {
   const std::vector<int64_t> off = Offsets(c.lengths);
   v1::AttentionSpec spec = MakeSpec(/*batch=*/1, off.back(), /*q_heads=*/2, /*kv_heads=*/1,
-                                    /*head_dim=*/16, /*causal=*/true, v1::DTYPE_BF16);
+                                    /*head_dim=*/16, /*causal=*/true, v1::DTYPE_F32);
   MaskSpec mask;
   mask.doc_offsets = {off};
   mask.window_left = c.window_left;
@@ -132,6 +136,87 @@ std::string Format(const Layout& layout) {
   return s;
 }
 
+// Max |got - want| / (atol + rtol |want|) of one element, folded into `worst`.
+void Fold(double got, double want, double atol, double rtol, double* worst) {
+  if (std::isinf(want) && got == want) return;
+  *worst = std::max(*worst, std::fabs(got - want) / (atol + rtol * std::fabs(want)));
+}
+
+// Forward and backward against the fp64 reference (kernels/reference), one document at a time
+// (attention never crosses a document: each is a problem of its own, causal, the window at its
+// local positions). Documents up to kWholeRows tokens whole; in longer ones (the reference's
+// O(n^2) loops would take tens of seconds) O, LSE and dQ of query blocks at its start, middle
+// and end (other workers' rows each), against all of its keys; their dK and dV are left to
+// ExpectMatchesReference. Tolerances as the simulator's (tests/worker/executor/
+// simulation_test_util.h): O and LSE 1e-5 + 1e-4 relative, gradients 1e-4 + 1e-3.
+void ExpectMatchesFp64(const v1::AttentionSpec& spec, const std::vector<int64_t>& off,
+                       const TrainingInputs& in, const RunResult& r) {
+  constexpr int64_t kWholeRows = 2048, kBlockRows = 64;
+  const int hq = spec.q_heads(), hkv = spec.kv_heads(), d = spec.head_dim();
+  const int64_t seq = spec.seq_len();
+  auto f32 = [](const client::HostTensor& t) {
+    return reinterpret_cast<const float*>(t.data());
+  };
+  ASSERT_EQ(r.fwd.o.elements(), seq * hq * d);
+  ASSERT_EQ(r.bwd.dk.elements(), seq * hkv * d);
+  double o = 0, lse = 0, dq = 0, dk = 0, dv = 0;
+  int64_t rows_checked = 0;
+  for (size_t doc = 0; doc + 1 < off.size(); ++doc) {
+    const int64_t b = off[doc], n = off[doc + 1] - b;
+    const bool whole = n <= kWholeRows;
+    std::vector<int64_t> starts = {0};  // query blocks: [start, start + m) of the document
+    if (!whole) starts = {0, n / 2 - kBlockRows / 2, n - kBlockRows};
+    const int64_t m = whole ? n : kBlockRows;
+    MaskSpec local;
+    local.causal = spec.causal();
+    local.window_left = spec.has_window_left() ? spec.window_left() : -1;
+    for (const int64_t q0 : starts) {
+      reference::Problem pr;
+      pr.q = in.q.View().Slice(b + q0, m);
+      pr.k = in.k.View().Slice(b, n);
+      pr.v = in.v.View().Slice(b, n);
+      pr.q_row0 = q0;
+      pr.mask = local.Kind();
+      pr.spec = &local;
+      pr.seq = n;
+      pr.scale = 1.0 / std::sqrt(static_cast<double>(d));
+      absl::StatusOr<reference::ForwardResult> fwd = reference::Forward(pr);
+      ASSERT_TRUE(fwd.ok()) << fwd.status();
+      absl::StatusOr<reference::Gradients> g =
+          reference::Backward(pr, in.dout.View().Slice(b + q0, m));
+      ASSERT_TRUE(g.ok()) << g.status();
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t row = b + q0 + i;
+        for (int h = 0; h < hq; ++h) {
+          Fold(f32(r.fwd.lse)[h * seq + row], fwd->lse[h * m + i], 1e-5, 1e-4, &lse);
+          for (int e = 0; e < d; ++e) {
+            const int64_t at = (row * hq + h) * d + e, local_at = (i * hq + h) * d + e;
+            Fold(f32(r.fwd.o)[at], fwd->out[local_at], 1e-5, 1e-4, &o);
+            Fold(f32(r.bwd.dq)[at], g->dq[local_at], 1e-4, 1e-3, &dq);
+          }
+        }
+      }
+      rows_checked += m;
+      if (!whole) continue;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int h = 0; h < hkv; ++h) {
+          for (int e = 0; e < d; ++e) {
+            const int64_t at = ((b + i) * hkv + h) * d + e, local_at = (i * hkv + h) * d + e;
+            Fold(f32(r.bwd.dk)[at], g->dk[local_at], 1e-4, 1e-3, &dk);
+            Fold(f32(r.bwd.dv)[at], g->dv[local_at], 1e-4, 1e-3, &dv);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(rows_checked, 0);
+  EXPECT_LE(o, 1.0) << "O";
+  EXPECT_LE(lse, 1.0) << "LSE";
+  EXPECT_LE(dq, 1.0) << "dQ";
+  EXPECT_LE(dk, 1.0) << "dK";
+  EXPECT_LE(dv, 1.0) << "dV";
+}
+
 // Forward + backward through AttentionJob, keeping the session's CreateSessionResponse.
 struct SessionRun {
   RunResult result;
@@ -213,6 +298,7 @@ TEST_P(DocumentPlanSessionTest, SessionRunsThePlanTheMaskCallsFor) {
   EXPECT_EQ(run.result.backward.state(), v1::JOB_SUCCEEDED);
   EXPECT_DOUBLE_EQ(run.result.forward.flops(), SpecForwardFlops(spec));
   ExpectMatchesReference(spec, in, run.result);
+  ExpectMatchesFp64(spec, off, in, run.result);
   EXPECT_TRUE(cluster->Stop().ok());
 }
 
