@@ -13,11 +13,15 @@ two ranks of one communicator on one GPU, hence two GPUs.
     the client's rpc and init timeouts (DEADLINE_EXCEEDED or UNAVAILABLE), and once it runs again
     a layer over NCCL is correct.
 
+NCCL refuses a communicator whose ranks run different NCCL versions, so the workers are started
+with the libnccl.so.2 this process loaded (torch's, dfa/_preload.py) first on LD_LIBRARY_PATH.
+
 Skips (exit 77, ctest SKIP_RETURN_CODE) without torch, two visible GPUs or an extension built
 with NCCL. Run: DFA_BIN_DIR=<build> PYTHONPATH=<build>/client/python python3
 tests/client/python/test_dfa_nccl_gpu.py (ctest python_nccl_gpu_test).
 """
 
+import os
 import signal
 import sys
 import time
@@ -47,6 +51,16 @@ def skip_reason():
     return ""
 
 
+def nccl_of_this_process():
+    """The path of the libnccl.so.2 mapped into this process (None: none)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libnccl.so"):
+                return fields[-1]
+    return None
+
+
 def layer_inputs(s, hq=8, hkv=4, d=128, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     mk = lambda h: torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16,  # noqa: E731
@@ -71,6 +85,11 @@ class NcclGpuTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         torch.cuda.set_device(CLIENT_GPU)
+        lib = nccl_of_this_process()
+        if lib:  # the daemons inherit it: the same NCCL on every rank
+            os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (os.path.dirname(lib), os.environ.get("LD_LIBRARY_PATH")) if p)
+            print("NCCL of this process and its workers: %s" % lib)
         cls.cluster = dfa.LocalCluster(
             workers=1, backend="cuda", start_timeout=90,
             worker_args=["--device=%d" % WORKER_GPU, "--device_memory_limit=0.25"])
