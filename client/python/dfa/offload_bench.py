@@ -13,6 +13,10 @@ CUDA tensors. Rounds alternate between the ways (so clocks and thermals treat th
     engine, the worker's executor, and the dispatch, the RunJob calls to the worker and their
     replies) and control plane (the jobs' SubmitJob rpcs, each answered when its job is final,
     beyond the jobs' own time);
+  * nccl: through the service, tensors moved by NCCL (dfa.torch's NcclJob over the client's
+    NcclTensorIo: this process joins the worker as one more NCCL rank; the worker must be on
+    another GPU, --worker-device): transfer (the NCCL transfer calls) and compute (the two
+    jobs' wall time);
   * shm, grpc: the host paths (the tensors copied to host memory and back, counted in the step;
     the C++ AttentionJob's shared-memory or gRPC data plane): transfer = step - jobs' runs.
 Each service output is compared with SDPA's (bf16 tolerance: max |diff| / max |ref| <= 2e-2).
@@ -20,13 +24,15 @@ Every service path reuses its session across rounds (a training step makes no Cr
 Best and median of --rounds per way; the targets on one H200 (client and worker on the same
 GPU, IPC, the worker's device memory limited): ipc <= 1.05x local at S >= 64K, <= 1.30x at 16K.
 
-Without --coordinator it starts a coordinator and one cudnn worker on GPU 0 with
---device_memory_limit=<--worker-memory> (this process's torch shares the GPU). --out FILE
-appends one JSON line per (S, way).
+Without --coordinator it starts a coordinator and one cudnn worker on GPU --worker-device
+(default 0: this process's torch shares the GPU) with --device_memory_limit=<--worker-memory>
+and this process's libnccl.so.2 first on its LD_LIBRARY_PATH (NCCL needs one version on every
+rank). --out FILE appends one JSON line per (S, way).
 """
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -47,6 +53,8 @@ def parser():
     p.add_argument("--coordinator", default="")
     p.add_argument("--bin-dir", default=None)
     p.add_argument("--backend", default="cudnn", help="the local cluster's worker backend")
+    p.add_argument("--worker-device", type=int, default=0,
+                   help="the local worker's GPU (--paths nccl needs another GPU than 0)")
     p.add_argument("--worker-memory", default="0.5",
                    help="the local worker's --device_memory_limit (40G, or a fraction)")
     p.add_argument("--seq", default="16384,65536,262144")
@@ -57,7 +65,7 @@ def parser():
     p.add_argument("--dtype", choices=("bf16", "f16"), default="bf16")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--paths", default="ipc,shm,grpc",
-                   help="service paths to run (ipc, shm, grpc)")
+                   help="service paths to run (ipc, nccl, shm, grpc)")
     p.add_argument("--host-max-seq", type=int, default=65536,
                    help="run the host paths (shm, grpc) only up to this S (they move GBs)")
     p.add_argument("--out", default="", help="append JSON lines here")
@@ -145,6 +153,31 @@ class Layer:
         r["error"] = self.error((o, dq, dk, dv))
         return r
 
+    def nccl(self):
+        from dfa.torch import _device
+        job = self.jobs.get("nccl")
+        if job is None:
+            options = dict(num_workers=0, schedule="", max_retries=0, recovery_timeout=15.0)
+            job = self.jobs["nccl"] = _device.new_job(self.client, self.spec, options, "nccl")
+        torch = self.torch
+        if not hasattr(self, "nccl_out"):  # outputs reused across rounds
+            self.nccl_out = (torch.empty_like(self.q),) + tuple(
+                torch.empty_like(t) for t in (self.q, self.k, self.v))
+        o, dq, dk, dv = self.nccl_out
+        ref = _device.ref
+        self.sync()
+        t = time.perf_counter()
+        fwd = job.forward(ref(self.q), ref(self.k), ref(self.v), ref(o))
+        f = job.last_times
+        bwd = job.backward(ref(self.do), ref(dq), ref(dk), ref(dv))
+        b = job.last_times
+        step = time.perf_counter() - t
+        return {"step": step, "transfer": f["transfer"] + b["transfer"],
+                "compute": fwd["wall_seconds"] + bwd["wall_seconds"],
+                "nccl_bytes": f["nccl_bytes"] + b["nccl_bytes"],
+                "requests": f["requests"] + b["requests"],
+                "error": self.error((o, dq, dk, dv))}
+
     def host(self, path):
         from dfa import _dfa
         from dfa.torch import _sessions
@@ -194,7 +227,7 @@ def summarize(rounds):
 def run_seq(a, client, seq, torch, log):
     layer = Layer(a, client, seq, torch)
     ways = ["local"] + [p for p in a.paths.split(",") if p]
-    ways = [w for w in ways if w in ("local", "ipc") or seq <= a.host_max_seq]
+    ways = [w for w in ways if w in ("local", "ipc", "nccl") or seq <= a.host_max_seq]
     for i, way in enumerate(Layer.SDPA_WAYS):  # warm-up: plans, the reference outputs
         layer.sdpa_backend = way
         try:
@@ -205,7 +238,8 @@ def run_seq(a, client, seq, torch, log):
                 raise
             log("  SDPA %s unavailable at S=%d (%s); trying %s" % (
                 way, seq, str(e).splitlines()[0][:120], Layer.SDPA_WAYS[i + 1]))
-    fns = {"local": layer.local, "ipc": layer.ipc, "shm": lambda: layer.host("shm"),
+    fns = {"local": layer.local, "ipc": layer.ipc, "nccl": layer.nccl,
+           "shm": lambda: layer.host("shm"),
            "grpc": lambda: layer.host("grpc")}
     for w in ways[1:]:
         fns[w]()  # warm-up: session, mapped handles, plans
@@ -238,6 +272,10 @@ def report(a, seq, res, backend, log, out):
                 1e3 * r["control"], 1e3 * r["client"], r["ipc_bytes"] / 1e9, r["requests"])
             t = target_for(seq)
             line += " | target <= %.2fx: %s" % (t, "met" if ratio <= t else "NOT met")
+        if w == "nccl":
+            line += ", %.2f GB moved (%.1f GB/s), %d transfer requests" % (
+                r["nccl_bytes"] / 1e9, r["nccl_bytes"] / 1e9 / max(r["transfer"], 1e-9),
+                r["requests"])
         line += " | max rel. error vs SDPA %.2e%s" % (
             r["max_error"], "" if r["max_error"] <= 2e-2 else " (TOO LARGE)")
         log(line)
@@ -253,6 +291,19 @@ def report(a, seq, res, backend, log, out):
             out.flush()
 
 
+def _nccl_of_this_process():
+    """The libnccl.so.2 mapped into this process, None without one."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libnccl.so"):
+                    return fields[-1]
+    except OSError:
+        pass
+    return None
+
+
 def main(argv=None):
     a = parser().parse_args(argv)
     import torch
@@ -260,18 +311,32 @@ def main(argv=None):
     from dfa.torch import _device
     paths = [p for p in a.paths.split(",") if p]
     for p in paths:
-        if p not in ("ipc", "shm", "grpc"):
-            raise SystemExit("python -m dfa bench --offload: --paths: %r is not ipc, shm or grpc"
-                             % p)
+        if p not in ("ipc", "nccl", "shm", "grpc"):
+            raise SystemExit("python -m dfa bench --offload: --paths: %r is not ipc, nccl, shm "
+                             "or grpc" % p)
     if not torch.cuda.is_available():
         raise SystemExit("python -m dfa bench --offload: no CUDA device visible to torch")
     if "ipc" in paths and not _device.available():
         raise SystemExit("--paths ipc: dfa._dfa was built without CUDA")
+    if "nccl" in paths:
+        from dfa import device_io
+        if not device_io.nccl_available():
+            raise SystemExit("--paths nccl: dfa._dfa was built without NCCL")
+        if not a.coordinator and (a.worker_device == 0 or
+                                  a.worker_device >= torch.cuda.device_count()):
+            raise SystemExit("--paths nccl: the worker needs a GPU of its own (NCCL refuses two "
+                             "ranks on one GPU): --worker-device N, 1 <= N < %d"
+                             % torch.cuda.device_count())
     cluster = None
     if not a.coordinator:
+        lib = _nccl_of_this_process()
+        if lib:  # the worker inherits it: one NCCL version on every rank
+            os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
+                x for x in (os.path.dirname(lib), os.environ.get("LD_LIBRARY_PATH")) if x)
         cluster = dfa.LocalCluster(workers=1, backend=a.backend, bin_dir=a.bin_dir,
                                    log_dir=a.log_dir,
-                                   worker_args=["--device_memory_limit=%s" % a.worker_memory])
+                                   worker_args=["--device=%d" % a.worker_device,
+                                                "--device_memory_limit=%s" % a.worker_memory])
         a.coordinator = cluster.coordinator_address
     out = open(a.out, "a") if a.out else None
     try:
