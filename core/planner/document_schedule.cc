@@ -12,17 +12,21 @@
 //    range and its mirror back range of the document, the work is split by speed exactly, and
 //    each K/V piece travels the document's ring once per link; with the ring's derived or its
 //    K/V-stationary backward.
-//  - The short documents fill what is left of every worker's share (DocumentOptions::
-//    short_groups): packed whole into the ring workers' free shares, the rest cut into
-//    contiguous pieces over the workers outside the rings; or given whole to groups (each ring's
-//    workers, the workers outside) and cut inside each group. A document cut by a boundary is
+//  - The short documents fill what is left of every worker's share (DocumentOptions
+//    short_groups, fill_rings, cut_bins): packed whole into the ring workers' free shares, the
+//    rest cut into contiguous pieces over the workers outside the rings (fill_rings: over the
+//    ring workers' free shares too); or given whole to groups (each ring's workers, the workers
+//    outside) and cut inside each group; or binned (every free share a bin, whole into the
+//    fullest that holds it, else cut over one group's bins). A document cut by a boundary is
 //    shared by two or more workers: each receives the keys of it that its queries see
 //    (KeysSeen) from their owners.
 // Steps: a ring worker's short work is spread evenly over its ring's steps (the ring's steps stay
 // equal: all its workers have the same free share), the keys it receives from a worker of its
 // ring in pieces, one per ring step, each used in the step it arrives, and tail_fraction of its
 // own short work in a step after the ring (the derived backward's last partials travel while it
-// computes). Outside the rings: own work in step 0 and a tail step, foreign keys in step 1.
+// computes). Outside the rings the same on the longest ring's steps (so that the derived
+// backward's dK/dV partials return spread over the pass); with no ring of >= 2 steps, own work
+// in step 0 and a tail step, foreign keys in step 1.
 // The backward is derived (MakePlan, or the search) except for the K/V-stationary rings, whose
 // own backward is merged with the short documents' derived one.
 #include <algorithm>
@@ -198,7 +202,62 @@ Plan MakeDocumentPlan(const PlanRequest& r, const DocumentOptions& options) {
     if (!in_ring[w] && left[w] > 0) outside.push_back(w);
   }
   std::vector<std::vector<int>> group_docs;
-  if (options.short_groups) {
+  if (options.cut_bins) {
+    // Every worker's free share a bin (ring workers and the workers outside alike); the short
+    // documents largest first, each whole into the fullest bin that holds it (a hair of
+    // overfill allowed), else cut over the bins with the most free share, front first: few
+    // documents cut, each over few workers.
+    const double slack = 1e-3 * mean;
+    for (int d : order) {
+      if (placed[d]) continue;
+      int fit = -1;
+      for (int w = 0; w < P; ++w) {
+        if (doc_work[d] <= left[w] + slack && (fit < 0 || left[w] < left[fit])) fit = w;
+      }
+      if (fit >= 0) {
+        short_rows[fit].push_back(doc_rows(d));
+        left[fit] -= doc_work[d];
+        placed[d] = true;
+        continue;
+      }
+      // The bins by group (each ring's workers, then the workers outside: a document cut inside
+      // a ring has its keys on the ring's own step times), the group with the most free share
+      // first, inside a group the most free first.
+      std::vector<int> group_of(P, static_cast<int>(groups.size()));
+      for (size_t g = 0; g < groups.size(); ++g) {
+        for (int w : groups[g]) group_of[w] = static_cast<int>(g);
+      }
+      std::vector<double> group_free(groups.size() + 1, 0);
+      for (int w = 0; w < P; ++w) group_free[group_of[w]] += std::max(0.0, left[w]);
+      std::vector<int> bins(P);
+      std::iota(bins.begin(), bins.end(), 0);
+      std::stable_sort(bins.begin(), bins.end(), [&](int a, int b) {
+        if (group_of[a] != group_of[b]) return group_free[group_of[a]] > group_free[group_of[b]];
+        return left[a] > left[b];
+      });
+      int64_t row = offsets[d];
+      const int64_t end = offsets[d + 1];
+      for (size_t k = 0; k < bins.size() && row < end; ++k) {
+        const int w = bins[k];
+        const RowRange rest{row, end};
+        const double rest_work = pairs(rest, all);
+        if (k + 1 == bins.size() || rest_work <= left[w] + slack) {
+          short_rows[w].push_back(rest);
+          left[w] -= rest_work;
+          row = end;
+          break;
+        }
+        if (left[w] <= slack) continue;
+        const int64_t cut = planner_internal::CutRowNear(rest, all, pairs, left[w]);
+        if (cut <= row) continue;
+        short_rows[w].push_back(RowRange{row, cut});
+        left[w] -= pairs(RowRange{row, cut}, all);
+        row = cut;
+      }
+      placed[d] = true;
+    }
+    groups.clear();
+  } else if (options.short_groups) {
     if (!outside.empty()) groups.push_back(outside);
     std::vector<double> group_free(groups.size(), 0);
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -227,10 +286,13 @@ Plan MakeDocumentPlan(const PlanRequest& r, const DocumentOptions& options) {
         }
       }
     }
-    if (outside.empty()) {
+    if (outside.empty() || options.fill_rings) {
+      std::vector<int> fillers;
       for (int w = 0; w < P; ++w) {
-        if (left[w] > 1e-3 * mean) outside.push_back(w);
+        if (in_ring[w] && left[w] > 1e-3 * mean) fillers.push_back(w);
       }
+      if (!outside.empty()) fillers.insert(fillers.end(), outside.begin(), outside.end());
+      outside = std::move(fillers);
     }
     if (outside.empty()) outside.push_back(0);
     groups = {outside};
@@ -320,13 +382,16 @@ Plan MakeDocumentPlan(const PlanRequest& r, const DocumentOptions& options) {
     }
     if (at != S) return Plan{};
   }
-  // The short documents' work. Outside the rings: own keys in step 0 and a tail step (2), the
-  // other workers' keys in step 1 (sent at the start of the pass). A ring worker spreads its
-  // short work evenly over its ring's steps (every worker of the ring has the same free share,
-  // so the ring's steps stay equal): the keys of a document cut between two of its workers
+  // The short documents' work. With no ring of >= 2 steps: own keys in step 0 and a tail step
+  // (2), the other workers' keys in step 1 (sent at the start of the pass). A ring worker (and a
+  // worker outside the rings, on the longest ring's steps) spreads its short work evenly over its
+  // ring's steps (every worker of the ring has the same free share, so the ring's steps stay
+  // equal): the keys of a document cut between two of its workers
   // travel in pieces, one per ring step, each used in the step it arrives (its derived dK/dV
   // partial returns during the next); own keys fill each step to the even share, the
   // tail_fraction of them in a step after the ring.
+  size_t ring_steps = 0;
+  for (int w = 0; w < P; ++w) ring_steps = std::max(ring_steps, ring_forward[w].size());
   for (int w = 0; w < P; ++w) {
     struct Item {
       RowRange q, kv;
@@ -353,7 +418,8 @@ Plan MakeDocumentPlan(const PlanRequest& r, const DocumentOptions& options) {
       planner_internal::StepAt(short_forward[w], t)
           .recvs.push_back(Transfer{from, PlanTensor::kKV, kv});
     };
-    const int N = static_cast<int>(ring_forward[w].size());
+    int N = static_cast<int>(ring_forward[w].size());
+    if (N == 0 && ring_steps >= 2) N = ring_steps;
     const double tail_fraction = std::clamp(options.tail_fraction, 0.0, 1.0);
     double own_work = 0;
     for (const Item& it : own) own_work += pairs(it.q, it.kv);

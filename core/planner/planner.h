@@ -136,7 +136,7 @@ Plan MakeSpeedProportionalPlan(const PlanRequest& request, const ContiguousOptio
 // K/V pieces per slowest worker, travelling pieces posted `lead` steps early); the short
 // documents in the rest of every worker's share (short_groups below). A ring worker's short work
 // is spread evenly over its ring's steps (tail_fraction of its own in a step after the ring);
-// outside the rings, own work in step 0 and a tail step, foreign keys in step 1. Returns a plan
+// outside the rings the same over the longest ring's steps. Returns a plan
 // with no workers when it does not apply (DocumentPlanApplies false, a document too short for
 // its ring's pieces); with its backward when kv_stationary_backward (else none: derive it).
 struct DocumentOptions {
@@ -153,6 +153,18 @@ struct DocumentOptions {
   // cut inside each group over its workers' free shares; keys of a document cut between two
   // ring workers travel in pieces on the ring's steps.
   bool short_groups = false;
+  // Packed only: the short documents that do not fit whole into a ring worker's free share are
+  // cut over the ring workers' free shares too (first, in worker order), then over the workers
+  // outside the rings (without it: only over the workers outside, or the ring workers' when
+  // there are none). For a long and a middle document whose rings, rounded up to whole
+  // workers, would need more than P: the middle one is then spread over every free share.
+  bool fill_rings = false;
+  // Instead of the above: every worker's free share a bin (ring workers and the workers
+  // outside alike), the short documents largest first, each whole into the fullest bin that
+  // holds it, else cut over the bins of one group (a ring's workers, or the workers outside),
+  // the group with the most free share first: few documents cut, each over few workers, and
+  // the keys of a cut one on one ring's step times.
+  bool cut_bins = false;
 };
 bool DocumentPlanApplies(const PlanRequest& request);
 Plan MakeDocumentPlan(const PlanRequest& request, const DocumentOptions& options);

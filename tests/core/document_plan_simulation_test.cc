@@ -1,6 +1,7 @@
 // The packed-document plan (MakeDocumentPlan, core/planner/document_schedule.cc) run by the
 // executor in the simulator: long documents striped over their own workers, short ones packed
-// whole or cut inside groups (keys in pieces on a ring's steps), the derived and the
+// whole or cut (over the workers outside the rings, the ring workers too, inside groups, or
+// binned: keys in pieces on a ring's steps), the derived and the
 // K/V-stationary backwards, forward and backward against the fp64 reference under the mask.
 #include <cmath>
 #include <random>
@@ -41,11 +42,13 @@ TEST(DocumentPlanSimulationTest, MatchesReferenceUnderTheMask) {
       r.causal = causal;
       r.mask_spec = mask;
       r.shape = shape;
-      for (bool groups : {false, true}) {
+      // Short documents packed, grouped, packed over the ring workers too, binned.
+      for (int placement = 0; placement < 4; ++placement) {
         for (bool kvs : {false, true}) {
           SCOPED_TRACE(::testing::Message() << "P=" << P << (causal ? " causal" : " full")
-                                            << " groups " << groups << " kvs " << kvs);
-          Plan plan = MakeDocumentPlan(r, DocumentOptions{1.0, 2, 0, 0.5, kvs, groups});
+                                            << " placement " << placement << " kvs " << kvs);
+          Plan plan = MakeDocumentPlan(r, DocumentOptions{1.0, 2, 0, 0.5, kvs, placement == 1,
+                                                          placement == 2, placement == 3});
           ASSERT_FALSE(plan.workers.empty());
           if (!HasBackwardSteps(plan)) DeriveBackwardSteps(plan);
           CheckOptions check;
