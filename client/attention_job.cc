@@ -6,6 +6,12 @@
 #include "absl/time/clock.h"
 
 namespace dfa::client {
+namespace {
+
+// Blocks of rows a streamed forward's inputs go up in (TransferOptions::row_blocks).
+constexpr int kStreamRowBlocks = 4;
+
+}  // namespace
 
 // Everything else (bad input, PERMISSION_DENIED, RESOURCE_EXHAUSTED, a failed kernel) would fail
 // the same way again.
@@ -51,7 +57,11 @@ absl::Status AttentionJob::Upload(const Inputs& inputs) {
   if (options_.on_transfer) {
     for (const auto& [kind, t] : inputs) options_.on_transfer(kind, t->size_bytes(), true);
   }
-  ASSIGN_OR_RETURN(TransferStats stats, session_->Upload(inputs, options_.transfer));
+  TransferOptions transfer = options_.transfer;
+  // Streaming: the rows in blocks, so a worker's first query blocks compute while the rest
+  // arrives (docs/worker.md "Streaming inputs").
+  if (options_.stream_inputs && inputs.size() > 1) transfer.row_blocks = kStreamRowBlocks;
+  ASSIGN_OR_RETURN(TransferStats stats, session_->Upload(inputs, transfer));
   bytes_uploaded_ += stats.bytes;
   return absl::OkStatus();
 }

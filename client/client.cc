@@ -293,27 +293,37 @@ absl::StatusOr<TransferStats> Session::Upload(
     WorkerDataClient& data = DataClient(rank);
     const std::vector<v1::RowRange> owned = Owned(info_.shards(rank));
     TransferStats& mine = stats[static_cast<size_t>(rank)];
-    for (const auto& [kind, tp] : tensors) {
-      const HostTensor& t = *tp;
-      TransferStats one;
-      bool sent = false;
-      if (UseShm(rank, options)) {
-        auto r = data.UploadShm(kind, t, owned, options.segment_bytes, options.progress);
-        if (!r.ok() && options.path == TransferPath::kSharedMemory) return r.status();
-        // kAuto: on failure fall back to the portable path (e.g. the worker is not really on
-        // this host).
-        if (r.ok()) {
-          one = *r;
-          sent = true;
+    std::vector<std::vector<v1::RowRange>> blocks = {owned};
+    if (options.row_blocks > 1) {
+      const int64_t total = TotalRows(owned);
+      const int64_t per =
+          std::max<int64_t>(1, (total + options.row_blocks - 1) / options.row_blocks);
+      blocks.clear();
+      for (const v1::RowRange& piece : SplitRanges(owned, per)) blocks.push_back({piece});
+    }
+    for (const std::vector<v1::RowRange>& block : blocks) {
+      for (const auto& [kind, tp] : tensors) {
+        const HostTensor& t = *tp;
+        TransferStats one;
+        bool sent = false;
+        if (UseShm(rank, options)) {
+          auto r = data.UploadShm(kind, t, block, options.segment_bytes, options.progress);
+          if (!r.ok() && options.path == TransferPath::kSharedMemory) return r.status();
+          // kAuto: on failure fall back to the portable path (e.g. the worker is not really on
+          // this host).
+          if (r.ok()) {
+            one = *r;
+            sent = true;
+          }
         }
+        if (!sent) {
+          ASSIGN_OR_RETURN(one,
+                           data.UploadGrpc(kind, t, block, options.chunk_bytes, options.progress));
+        }
+        mine.bytes += one.bytes;
+        mine.chunks += one.chunks;
+        mine.seconds += one.seconds;
       }
-      if (!sent) {
-        ASSIGN_OR_RETURN(one,
-                         data.UploadGrpc(kind, t, owned, options.chunk_bytes, options.progress));
-      }
-      mine.bytes += one.bytes;
-      mine.chunks += one.chunks;
-      mine.seconds += one.seconds;
     }
     return absl::OkStatus();
   }));

@@ -77,6 +77,10 @@ struct TransferOptions {
   int64_t chunk_bytes = kDefaultChunkBytes;       // gRPC chunk payload
   int64_t segment_bytes = int64_t{64} << 20;      // shared-memory segment per worker
   ProgressFn progress;                            // bytes moved, from any thread
+  // Upload of several tensors: each worker's rows go in this many blocks of rows, every
+  // tensor's rows of a block before the next block's (a streaming forward computes the first
+  // blocks while the rest arrives). 1: each tensor whole, one after the other.
+  int row_blocks = 1;
 };
 
 // Called on every state change of a watched job.
@@ -138,8 +142,8 @@ class Session {
   absl::StatusOr<TransferStats> Upload(v1::TensorKind kind, const HostTensor& t,
                                        const TransferOptions& options = {});
   // Several tensors at once: one thread per worker sends its rows of each tensor in the order
-  // given (no wait between tensors for the other workers). Total bytes, the slowest worker's
-  // time.
+  // given (no wait between tensors for the other workers), in options.row_blocks blocks of
+  // rows. Total bytes, the slowest worker's time.
   absl::StatusOr<TransferStats> Upload(
       const std::vector<std::pair<v1::TensorKind, const HostTensor*>>& tensors,
       const TransferOptions& options = {});

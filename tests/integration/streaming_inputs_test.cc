@@ -67,9 +67,10 @@ client::LocalCluster* StreamingInputsTest::cluster_ = nullptr;
 // The job is submitted, and runs, before a single input row exists on the workers; the inputs
 // come 300 ms later. Forward and backward equal the single-device reference.
 void RunStreamedLate(client::Session* s, const TrainingInputs& in, client::TransferPath path,
-                     RunResult* r) {
+                     RunResult* r, int row_blocks = 1) {
   client::TransferOptions t;
   t.path = path;
+  t.row_blocks = row_blocks;
   constexpr absl::Duration kLate = absl::Milliseconds(300);
   absl::StatusOr<v1::Job> job = absl::UnknownError("not run");
   std::thread fwd([&] {
@@ -121,8 +122,33 @@ TEST_F(StreamingInputsTest, JobStartedBeforeItsInputsMatchesTheReference) {
   }
 }
 
+// Shards long enough for the forward's query blocks (causal calls of >= 256 rows run in blocks
+// of >= 128, each once its rows are there), the rows sent in 4 blocks of K, V, Q.
+TEST_F(StreamingInputsTest, QueryBlocksOfALongShardMatchTheReference) {
+  const auto spec = MakeSpec(1, 1024, 2, 1, 16, /*causal=*/true);
+  const TrainingInputs in = RandomInputs(spec, 25);
+  auto s = NewSession(spec);
+  ASSERT_NE(s, nullptr);
+  RunResult r;
+  RunStreamedLate(s.get(), in, client::TransferPath::kGrpc, &r, /*row_blocks=*/4);
+  ExpectMatchesReference(spec, in, r);
+  // The same forward with its inputs all there before it runs its calls whole: fewer launches.
+  ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
+                  .ok());
+  auto whole = s->Run(v1::JOB_FORWARD);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto launches = [](const v1::Job& j) {
+    int64_t n = 0;
+    for (const auto& w : j.workers()) n += w.kernel_launches();
+    return n;
+  };
+  EXPECT_GT(launches(r.forward), launches(*whole))
+      << r.forward.DebugString() << whole->DebugString();
+  EXPECT_TRUE(s->Release().ok());
+}
+
 TEST_F(StreamingInputsTest, AttentionJobStreamsItsUploadsAndMatchesTheReference) {
-  const auto spec = MakeSpec(1, 256, 4, 1, 32, /*causal=*/false);
+  const auto spec = MakeSpec(1, 1024, 4, 1, 16, /*causal=*/true);
   const TrainingInputs in = RandomInputs(spec, 22);
   client::AttentionJobOptions o;
   o.session.spec = spec;

@@ -1,6 +1,7 @@
 #include "worker/executor/step_compute.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -83,10 +84,46 @@ const UnitPairs* StepCompute::MaskedPairs() {
   return pairs_.get();
 }
 
+namespace {
+
+// Query blocks of a streamed call (StreamInBlocks): this many, of at least kMinStreamBlock rows.
+constexpr int64_t kStreamBlocks = 4;
+constexpr int64_t kMinStreamBlock = 128;
+
+// The global range of local rows [local, local + n) when they are one contiguous global range.
+std::optional<RowRange> GlobalRange(const SessionStorage& st, int64_t local, int64_t n) {
+  int64_t at = 0;
+  for (const RowRange& r : st.owned()) {
+    if (local >= at && local < at + r.size()) {
+      if (local + n > at + r.size()) return std::nullopt;
+      return RowRange{r.begin + (local - at), r.begin + (local - at) + n};
+    }
+    at += r.size();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool StepCompute::StreamInBlocks(const FusedCall& call, const Side& q, const Side& kv) const {
+  if (ctx_.options.inputs == nullptr || !ctx_.fwd || q.buffer != nullptr || kv.buffer != nullptr ||
+      call.mask != MaskKind::kCausal || call.m < 2 * kMinStreamBlock ||
+      call.kv_row0 > call.q_row0) {
+    return false;
+  }
+  const std::optional<RowRange> qg = GlobalRange(*ctx_.storage, call.q.local, call.m);
+  const std::optional<RowRange> kg = GlobalRange(*ctx_.storage, call.kv.local, call.n);
+  return qg && kg && qg->begin == call.q_row0 && kg->begin == call.kv_row0;
+}
+
 absl::Status StepCompute::WaitForInputs(const FusedCall& call, const std::vector<ComputeOp>& ops,
                                          const std::vector<Side>& qs,
                                          const std::vector<Side>& kvs) {
   if (ctx_.options.inputs == nullptr) return absl::OkStatus();
+  if (StreamInBlocks(call, qs[static_cast<size_t>(call.ops[0])],
+                     kvs[static_cast<size_t>(call.ops[0])])) {
+    return absl::OkStatus();  // Compute waits block by block
+  }
   for (int i : call.ops) {
     const ComputeOp& op = ops[static_cast<size_t>(i)];
     if (qs[static_cast<size_t>(i)].buffer == nullptr) {
@@ -224,12 +261,33 @@ absl::Status StepCompute::Compute(const FusedCall& call, const Side& qside, cons
     a.accumulate = true;
     a.stream = ctx_.stream;
     if (qbuf == nullptr) {
-      bool fresh = false;
-      RETURN_IF_ERROR(acc_.PrepareRows(qlocal, m, &fresh));
-      a.accumulate = !fresh;
-      a.q = st->q().Slice(qlocal, m);
-      a.out = acc_.out().Slice(qlocal, m);
-      a.lse = st->lse().Slice(qlocal, m);
+      // Streamed inputs: query blocks, each with the keys up to its last query (causal: the
+      // rest are masked for all of its rows), once those rows have arrived (StreamInBlocks).
+      const bool blocks = StreamInBlocks(call, qside, kvside);
+      const int64_t block =
+          blocks ? std::max(kMinStreamBlock, (m + kStreamBlocks - 1) / kStreamBlocks) : m;
+      for (int64_t off = 0; off < m; off += block) {
+        const int64_t len = std::min(block, m - off);
+        const int64_t nk = blocks ? std::min(n, call.q_row0 + off + len - call.kv_row0) : n;
+        if (blocks) {
+          RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kK, {call.kv_row0, call.kv_row0 + nk}));
+          RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kV, {call.kv_row0, call.kv_row0 + nk}));
+          RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kQ,
+                                         {call.q_row0 + off, call.q_row0 + off + len}));
+        }
+        ForwardArgs b = a;
+        bool fresh = false;
+        RETURN_IF_ERROR(acc_.PrepareRows(qlocal + off, len, &fresh));
+        b.accumulate = !fresh;
+        b.q = st->q().Slice(qlocal + off, len);
+        b.q_row0 = call.q_row0 + off;
+        b.k = k.Slice(0, nk);
+        b.v = v.Slice(0, nk);
+        b.out = acc_.out().Slice(qlocal + off, len);
+        b.lse = st->lse().Slice(qlocal + off, len);
+        RETURN_IF_ERROR(Launch(&s.forward_launches, ctx_.backend->Forward(b)));
+      }
+      return absl::OkStatus();
     } else {
       a.q = ComponentView(qbuf->parts[0]->get(), qc[0], shape, qtot, qoff, m);
       a.out = ComponentView(qpart->parts[0]->get(), q32, shape, qtot, qoff, m);

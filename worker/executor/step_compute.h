@@ -56,6 +56,11 @@ class StepCompute {
   // call's ops read.
   absl::Status WaitForInputs(const FusedCall& call, const std::vector<ComputeOp>& ops,
                              const std::vector<Side>& qs, const std::vector<Side>& kvs);
+  // Inputs still arriving: whether the forward runs `call` in query blocks, each once its own
+  // rows have arrived (a causal call on owned queries and owned keys, each side one global
+  // range, every query at or after the first key), so the first blocks compute while the rest
+  // is uploaded. Compute then waits block by block instead of WaitForInputs.
+  bool StreamInBlocks(const FusedCall& call, const Side& q, const Side& kv) const;
   // A chunked backward's piece of a call on owned keys: dK, dV into the chunk's accumulators.
   absl::Status ComputePiece(const FusedCall& call, const Side& q, int t, const KeyPiece& piece);
 
