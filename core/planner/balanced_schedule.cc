@@ -414,7 +414,12 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
                                 params.bandwidth_bytes_per_second;
     return wire_seconds < share_seconds;
   };
-  if (document_rings_fit()) {
+  const bool rings_fit = document_rings_fit();
+  // (Profile cpu: where the longest document's ring is communication-bound so are the
+  // contiguous shards' (its later shards receive about all its keys): no contiguous variants;
+  // head groups of fewer workers carry such requests, and their sub-searches try them.)
+  const bool skip_contiguous = DocumentPlanApplies(r) && !rings_fit && !true_time;
+  if (rings_fit) {
     // (lead 1: each travelling piece of a ring posted as early as its sender has it, as for
     // the whole-sequence rings below; profile cpu only.)
     for (const auto& [pieces, lead] :
@@ -451,7 +456,7 @@ Plan MakeBalancedPlan(const PlanRequest& r) {
   // natural layout (each worker receives only the keys its queries see: the documents crossing
   // its boundaries, the window's reach), with a few step counts, K/V posted one step before use
   // or all before the pass.
-  if (!RequestMask(r).IsDense() && !near_ideal) {
+  if (!RequestMask(r).IsDense() && !near_ideal && !skip_contiguous) {
     for (int steps : {0, 3, 4, 6, 8, P}) {
       for (int variant = 0; variant < 32; ++variant) {
         const ContiguousOptions options{steps, (variant & 1) != 0, (variant & 2) != 0,
