@@ -291,6 +291,13 @@ v1::JobKind ParseJobKind(const std::string& name) {
   ThrowInvalid(absl::StrCat("kind: must be 'forward' or 'backward', got '", name, "'"));
 }
 
+DType ParseTensorDType(const std::string& name, const char* what) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
+  if (name == "f32") return DType::kF32;
+  ThrowInvalid(absl::StrCat(what, ".dtype: must be bf16, f16 or f32, got '", name, "'"));
+}
+
 v1::TensorKind ParseTensorKind(int kind, const char* what) {
   if (kind < v1::TENSOR_Q || kind > v1::TENSOR_DV) {
     ThrowInvalid(absl::StrCat(what, ": not a tensor kind (dfa.Q .. dfa.DV), got ", kind));

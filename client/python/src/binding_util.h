@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace dfa::python {
@@ -169,6 +170,8 @@ v1::AttentionSpec SpecFromDict(const nb::dict& spec);
 // naming `what` otherwise.
 v1::JobKind ParseJobKind(const std::string& name);
 v1::TensorKind ParseTensorKind(int kind, const char* what);
+// "bf16" | "f16" | "f32" -> DType; INVALID_ARGUMENT naming `what`.dtype otherwise.
+DType ParseTensorDType(const std::string& name, const char* what);
 
 // TransferOptions from the binding's keyword arguments: path "auto" | "grpc" | "shm".
 TransferOptions MakeTransferOptions(const std::string& path, int64_t chunk_bytes,

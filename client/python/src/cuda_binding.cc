@@ -24,17 +24,10 @@ namespace {
 using client::DeviceTensor;
 using client::Session;
 
-DType ParseDType(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  ThrowInvalid(absl::StrCat("tensor.dtype: must be bf16, f16 or f32, got '", name, "'"));
-}
-
 DeviceTensor Tensor(uintptr_t ptr, const std::string& dtype, std::vector<int64_t> shape,
                     std::vector<int64_t> strides) {
-  return DeviceTensor{reinterpret_cast<void*>(ptr), ParseDType(dtype), std::move(shape),
-                      std::move(strides)};
+  return DeviceTensor{reinterpret_cast<void*>(ptr), ParseTensorDType(dtype, "tensor"),
+                      std::move(shape), std::move(strides)};
 }
 
 nb::dict RequestToDict(const v1::DeviceTransferRequest& r) {

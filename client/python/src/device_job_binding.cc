@@ -33,13 +33,6 @@ using client::Client;
 using client::DeviceAttentionJob;
 using client::DeviceTensor;
 
-DType DTypeOf(const std::string& name, const char* what) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  ThrowInvalid(absl::StrCat(what, ".dtype: must be bf16, f16 or f32, got '", name, "'"));
-}
-
 // (data_ptr, dtype, shape, strides) -> DeviceTensor; INVALID_ARGUMENT naming `what`.
 DeviceTensor TensorOf(nb::handle t, const char* what) {
   nb::tuple tu;
@@ -49,7 +42,7 @@ DeviceTensor TensorOf(nb::handle t, const char* what) {
   DeviceTensor out;
   out.data = reinterpret_cast<void*>(nb::cast<uintptr_t>(tu[0]));
   if (out.data == nullptr) ThrowInvalid(absl::StrCat(what, ": data_ptr is null"));
-  out.dtype = DTypeOf(nb::cast<std::string>(tu[1]), what);
+  out.dtype = ParseTensorDType(nb::cast<std::string>(tu[1]), what);
   out.shape = nb::cast<std::vector<int64_t>>(tu[2]);
   out.strides = nb::cast<std::vector<int64_t>>(tu[3]);
   return out;

@@ -43,13 +43,6 @@ using client::DeviceTensor;
 using client::NcclTensorIo;
 using client::Session;
 
-DType ParseDType(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  ThrowInvalid(absl::StrCat("tensor.dtype: must be bf16, f16 or f32, got '", name, "'"));
-}
-
 // The NCCL path sends from (receives into) this process's GPU memory: without a visible device
 // nothing can work, and NCCL's own errors would not say why.
 void RequireCudaDevice(const char* path) {
@@ -112,8 +105,8 @@ class PyNcclTensorIo {
                 std::vector<int64_t> shape, std::vector<int64_t> strides, bool upload,
                 bool automatic) {
     const v1::TensorKind k = ParseTensorKind(kind, "kind");
-    const DeviceTensor t{reinterpret_cast<void*>(ptr), ParseDType(dtype), std::move(shape),
-                         std::move(strides)};
+    const DeviceTensor t{reinterpret_cast<void*>(ptr), ParseTensorDType(dtype, "tensor"),
+                         std::move(shape), std::move(strides)};
     if (t.data == nullptr) ThrowInvalid("data_ptr: is null");
     const bool nccl = !automatic || client::ChooseDevicePath(s.info(), client::LocalHostName()) ==
                                         client::DevicePath::kNccl;
