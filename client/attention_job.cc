@@ -54,6 +54,11 @@ absl::Status AttentionJob::NewSession(bool after_failure) {
 }
 
 absl::Status AttentionJob::Upload(const Inputs& inputs) {
+  if (!options_.stream_inputs && inputs.size() > 1) {
+    // One tensor at a time, each announced as it starts (on_transfer: a progress bar each).
+    for (const auto& input : inputs) RETURN_IF_ERROR(Upload({input}));
+    return absl::OkStatus();
+  }
   if (options_.on_transfer) {
     for (const auto& [kind, t] : inputs) options_.on_transfer(kind, t->size_bytes(), true);
   }
