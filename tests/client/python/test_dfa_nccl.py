@@ -13,7 +13,7 @@ device_path, dfa._dfa.NcclTensorIo and choose_device_path over client/nccl_tenso
     naming tensor; a build without NCCL: UNIMPLEMENTED naming what it lacks.
 
 A peer that never joins needs a GPU in this process (the client is an NCCL rank):
-tests/client/python/test_dfa_nccl_gpu.py (two GPUs) and tests/multigpu/nccl_client_group_test.cc
+tests/gpu/service/torch_nccl_test.py (two GPUs) and tests/multigpu/nccl_client_group_test.cc
 cover it.
 
 Run: DFA_BIN_DIR=<build> PYTHONPATH=<build>/client/python \
@@ -145,7 +145,8 @@ class NcclTensorIoTest(unittest.TestCase):
     @unittest.skipUnless(device_io.nccl_available(), "dfa._dfa was built without NCCL")
     def test_no_cuda_device_is_a_clear_bounded_error(self):
         if cuda_visible():
-            self.skipTest("a CUDA device is visible here (test_dfa_nccl_gpu.py covers it)")
+            self.skipTest("a CUDA device is visible here "
+                          "(tests/gpu/service/torch_nccl_test.py covers it)")
         io = CLIENT.nccl_tensor_io()
         host = torch.zeros(self.SPEC.shape(dfa.Q), dtype=torch.bfloat16)
         with CLIENT.create_session(self.SPEC) as s:

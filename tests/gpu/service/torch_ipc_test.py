@@ -28,7 +28,7 @@ import unittest
 
 try:
     import torch
-    import torch.nn.functional as F
+    from torch_layer import layer_inputs, max_rel, sdpa_reference  # this directory
 except ImportError:
     torch = None
 
@@ -57,26 +57,6 @@ def load_example():
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     return m
-
-
-def layer_inputs(s, hq=32, hkv=8, d=128, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    mk = lambda h: torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16,  # noqa: E731
-                               generator=g).requires_grad_()
-    return mk(hq), mk(hkv), mk(hkv), torch.randn(1, s, hq, d, device="cuda",
-                                                  dtype=torch.bfloat16, generator=g)
-
-
-def sdpa_reference(q, k, v, do):
-    """Local SDPA in BSHD with GQA: O, dQ, dK, dV."""
-    qs, ks, vs = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
-    o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
-    dq, dk, dv = torch.autograd.grad(o, (qs, ks, vs), do.transpose(1, 2))
-    return tuple(t.transpose(1, 2) for t in (o, dq, dk, dv))
-
-
-def max_rel(a, b):
-    return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
 
 
 class TorchIpcTest(unittest.TestCase):

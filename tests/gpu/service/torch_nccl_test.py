@@ -18,7 +18,7 @@ with the libnccl.so.2 this process loaded (torch's, dfa/_preload.py) first on LD
 
 Skips (exit 77, ctest SKIP_RETURN_CODE) without torch, two visible GPUs or an extension built
 with NCCL. Run: DFA_BIN_DIR=<build> PYTHONPATH=<build>/client/python python3
-tests/client/python/test_dfa_nccl_gpu.py (ctest python_nccl_gpu_test).
+tests/gpu/service/torch_nccl_test.py (ctest python_nccl_gpu_test).
 """
 
 import os
@@ -29,7 +29,7 @@ import unittest
 
 try:
     import torch
-    import torch.nn.functional as F
+    from torch_layer import layer_inputs, max_rel, sdpa_reference  # this directory
 except ImportError:
     torch = None
 
@@ -61,26 +61,6 @@ def nccl_of_this_process():
     return None
 
 
-def layer_inputs(s, hq=8, hkv=4, d=128, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    mk = lambda h: torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16,  # noqa: E731
-                               generator=g).requires_grad_()
-    return mk(hq), mk(hkv), mk(hkv), torch.randn(1, s, hq, d, device="cuda",
-                                                  dtype=torch.bfloat16, generator=g)
-
-
-def sdpa_reference(q, k, v, do):
-    """Local SDPA in BSHD with GQA: O, dQ, dK, dV."""
-    qs, ks, vs = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
-    o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
-    dq, dk, dv = torch.autograd.grad(o, (qs, ks, vs), do.transpose(1, 2))
-    return tuple(t.transpose(1, 2) for t in (o, dq, dk, dv))
-
-
-def max_rel(a, b):
-    return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
-
-
 class NcclGpuTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -102,7 +82,7 @@ class NcclGpuTest(unittest.TestCase):
         cls.cluster.stop(check=False)
 
     def check_layer(self, attn, s, seed=0):
-        q, k, v, do = layer_inputs(s, seed=seed)
+        q, k, v, do = layer_inputs(s, hq=8, hkv=4, seed=seed)
         o = attn(q, k, v)
         dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
         ro, rdq, rdk, rdv = sdpa_reference(q, k, v, do)
@@ -138,7 +118,7 @@ class NcclGpuTest(unittest.TestCase):
         s_len, hq, hkv, d = 2048, 8, 4, 128
         spec = dfa.AttentionSpec(batch=1, seq_len=s_len, q_heads=hq, kv_heads=hkv, head_dim=d,
                                  dtype="bf16", causal=True)
-        q, k, v, do = (t.detach() for t in layer_inputs(s_len, seed=5))
+        q, k, v, do = (t.detach() for t in layer_inputs(s_len, hq=8, hkv=4, seed=5))
         o = torch.empty_like(q)
         lse = torch.empty(1, hq, s_len, device="cuda", dtype=torch.float32)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -173,7 +153,7 @@ class NcclGpuTest(unittest.TestCase):
                        nccl_transfer_timeout=5)
         spec = dfa.AttentionSpec(batch=1, seq_len=1024, q_heads=8, kv_heads=4, head_dim=128,
                                  dtype="bf16", causal=True)
-        q = layer_inputs(1024)[0].detach()
+        q = layer_inputs(1024, hq=8, hkv=4)[0].detach()
         s = c.create_session(spec)
         self.cluster.kill_worker(0, signal.SIGSTOP)
         try:
