@@ -93,30 +93,66 @@ absl::StatusOr<v1::Job> AttentionJob::RunWithInputs(v1::JobKind kind, const Inpu
   return job;
 }
 
-absl::Status AttentionJob::Download(v1::TensorKind kind, HostTensor* t) {
+absl::StatusOr<v1::Job> AttentionJob::RunStreamed(v1::JobKind kind, const Inputs& inputs,
+                                                  const Outputs& outputs) {
+  if (cancel_.cancelled()) return absl::CancelledError("the job was cancelled before it started");
+  ASSIGN_OR_RETURN(const v1::Job submitted,
+                   session_->Submit(kind, /*inputs_streaming=*/true, /*outputs_streaming=*/true));
+  const std::string& id = submitted.job_id();
+  absl::StatusOr<v1::Job> job = absl::UnknownError("the job was not watched");
+  std::thread watcher([&] {
+    job = session_->Watch(id, options_.observer, &cancel_);
+    // Cancelled by the caller: the job goes too (its waiting downloads end with it).
+    if (!job.ok() && cancel_.cancelled()) (void)client_->CancelJob(id);
+  });
+  absl::Status moved = Upload(inputs);
+  for (const auto& [out_kind, t] : outputs) {
+    if (!moved.ok()) break;
+    moved = Download(out_kind, t, id);
+  }
+  // A failed upload leaves the job waiting for rows that never come; a failed download, results
+  // no one reads.
+  if (!moved.ok()) (void)client_->CancelJob(id);
+  watcher.join();
+  if (!job.ok()) return job.status();
+  if (!moved.ok()) return moved;
+  return job;
+}
+
+absl::StatusOr<v1::Job> AttentionJob::RunAndGather(v1::JobKind kind, const Inputs& inputs,
+                                                   const Outputs& outputs) {
+  if (options_.stream_inputs && options_.stream_outputs) {
+    return RunStreamed(kind, inputs, outputs);
+  }
+  ASSIGN_OR_RETURN(v1::Job job, RunWithInputs(kind, inputs));
+  for (const auto& [out_kind, t] : outputs) RETURN_IF_ERROR(Download(out_kind, t));
+  return job;
+}
+
+absl::Status AttentionJob::Download(v1::TensorKind kind, HostTensor* t,
+                                    const std::string& await_job_id) {
   if (options_.on_transfer) {
     ASSIGN_OR_RETURN(HostTensor shape, MakeTensor(session_->spec(), kind));
     options_.on_transfer(kind, shape.size_bytes(), false);
   }
-  return session_->Download(kind, t, options_.transfer).status();
+  TransferOptions transfer = options_.transfer;
+  transfer.await.job_id = await_job_id;
+  transfer.await.timeout = options_.output_wait_timeout;
+  return session_->Download(kind, t, transfer).status();
 }
 
 absl::StatusOr<v1::Job> AttentionJob::ForwardOnce(ForwardOutputs* out) {
-  ASSIGN_OR_RETURN(v1::Job job,
-                   RunWithInputs(v1::JOB_FORWARD,
-                                 // K, V first: a worker's first sends carry its own K/V rows.
-                                 {{v1::TENSOR_K, k_}, {v1::TENSOR_V, v_}, {v1::TENSOR_Q, q_}}));
-  RETURN_IF_ERROR(Download(v1::TENSOR_O, &out->o));
-  if (options_.download_lse) RETURN_IF_ERROR(Download(v1::TENSOR_LSE, &out->lse));
-  return job;
+  Outputs outputs = {{v1::TENSOR_O, &out->o}};
+  if (options_.download_lse) outputs.push_back({v1::TENSOR_LSE, &out->lse});
+  // K, V first: a worker's first sends carry its own K/V rows.
+  return RunAndGather(v1::JOB_FORWARD,
+                      {{v1::TENSOR_K, k_}, {v1::TENSOR_V, v_}, {v1::TENSOR_Q, q_}}, outputs);
 }
 
 absl::StatusOr<v1::Job> AttentionJob::BackwardOnce(BackwardOutputs* out) {
-  ASSIGN_OR_RETURN(v1::Job job, RunWithInputs(v1::JOB_BACKWARD, {{v1::TENSOR_DO, dout_}}));
-  RETURN_IF_ERROR(Download(v1::TENSOR_DQ, &out->dq));
-  RETURN_IF_ERROR(Download(v1::TENSOR_DK, &out->dk));
-  RETURN_IF_ERROR(Download(v1::TENSOR_DV, &out->dv));
-  return job;
+  return RunAndGather(
+      v1::JOB_BACKWARD, {{v1::TENSOR_DO, dout_}},
+      {{v1::TENSOR_DQ, &out->dq}, {v1::TENSOR_DK, &out->dk}, {v1::TENSOR_DV, &out->dv}});
 }
 
 absl::StatusOr<ForwardOutputs> AttentionJob::Forward(const HostTensor& q, const HostTensor& k,

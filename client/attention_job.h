@@ -14,6 +14,11 @@
 // worker's shard on its own thread; a worker's units wait for the rows they read
 // (docs/worker.md "Streaming inputs"). An upload that fails cancels the job and its error is the
 // answer. false: upload everything, then run.
+// Streamed outputs (stream_outputs, the default, with stream_inputs): the job is submitted with
+// outputs_streaming too and watched on a thread of its own (the observer sees every state);
+// after the uploads its outputs are downloaded while it runs, every worker's rows as that worker
+// finishes them (TransferOptions::await; docs/worker.md "Streaming outputs"). A failed transfer
+// cancels the job; the job's own error comes first when it failed.
 //
 // Ownership: the AttentionJob keeps pointers to the Client and to the input tensors passed to
 // Forward/Backward; they must outlive it. One thread at a time.
@@ -35,9 +40,15 @@ struct AttentionJobOptions {
   // After a lost worker: how long to keep trying to place a new session (the coordinator needs
   // up to one lease to drop the lost worker from its registry).
   absl::Duration recovery_timeout = absl::Seconds(15);
-  JobObserver observer;  // job progress, e.g. a progress bar (final state only when streaming)
+  // Job progress, e.g. a progress bar (final state only with stream_inputs but not
+  // stream_outputs: one waiting SubmitJob call).
+  JobObserver observer;
   // Submit each job before its inputs are uploaded (see above).
   bool stream_inputs = true;
+  // With stream_inputs: download the outputs while the job runs (see above).
+  bool stream_outputs = true;
+  // Streamed outputs: the longest a worker waits for one chunk's rows to become final.
+  absl::Duration output_wait_timeout = absl::Minutes(2);
   // Forward gathers LSE too (ForwardOutputs::lse); false leaves it on the workers (the backward
   // uses their copy) and ForwardOutputs::lse empty.
   bool download_lse = true;
@@ -92,9 +103,17 @@ class AttentionJob {
   absl::StatusOr<v1::Job> BackwardOnce(BackwardOutputs* out);
   using Inputs = std::vector<std::pair<v1::TensorKind, const HostTensor*>>;
   absl::Status Upload(const Inputs& inputs);
+  using Outputs = std::vector<std::pair<v1::TensorKind, HostTensor*>>;
   // Uploads `inputs` and runs `kind`: concurrently (stream_inputs) or one after the other.
   absl::StatusOr<v1::Job> RunWithInputs(v1::JobKind kind, const Inputs& inputs);
-  absl::Status Download(v1::TensorKind kind, HostTensor* t);
+  // Uploads `inputs`, runs `kind` and downloads `outputs`: RunWithInputs then the downloads, or
+  // all while the job runs (stream_outputs).
+  absl::StatusOr<v1::Job> RunAndGather(v1::JobKind kind, const Inputs& inputs,
+                                       const Outputs& outputs);
+  absl::StatusOr<v1::Job> RunStreamed(v1::JobKind kind, const Inputs& inputs,
+                                      const Outputs& outputs);
+  // `await_job_id`: the job that computes the tensor, possibly still running ("": done).
+  absl::Status Download(v1::TensorKind kind, HostTensor* t, const std::string& await_job_id = "");
 
   Client* client_;
   AttentionJobOptions options_;

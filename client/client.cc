@@ -345,14 +345,16 @@ absl::StatusOr<TransferStats> Session::Download(v1::TensorKind kind, HostTensor*
     WorkerDataClient& data = DataClient(rank);
     const std::vector<v1::RowRange> owned = Owned(info_.shards(rank));
     if (UseShm(rank, options)) {
-      auto r = data.DownloadShm(kind, owned, options.segment_bytes, t, options.progress);
+      auto r = data.DownloadShm(kind, owned, options.segment_bytes, t, options.progress,
+                                options.await);
       if (r.ok() || options.path == TransferPath::kSharedMemory) {
         if (r.ok()) stats[static_cast<size_t>(rank)] = *r;
         return r.status();
       }
     }
     ASSIGN_OR_RETURN(stats[static_cast<size_t>(rank)],
-                     data.DownloadGrpc(kind, owned, options.chunk_bytes, t, options.progress));
+                     data.DownloadGrpc(kind, owned, options.chunk_bytes, t, options.progress,
+                                       options.await));
     return absl::OkStatus();
   }));
   TransferStats total;
@@ -371,11 +373,13 @@ absl::Status Session::GenerateInputs(uint64_t seed, bool with_grad_output) {
   });
 }
 
-absl::StatusOr<v1::Job> Session::Submit(v1::JobKind kind, bool inputs_streaming) {
+absl::StatusOr<v1::Job> Session::Submit(v1::JobKind kind, bool inputs_streaming,
+                                        bool outputs_streaming) {
   v1::SubmitJobRequest req;
   req.set_session_id(id());
   req.set_kind(kind);
   req.set_inputs_streaming(inputs_streaming);
+  req.set_outputs_streaming(outputs_streaming);
   req.set_client_id(client_->client_id());
   grpc::ClientContext ctx;
   SetDeadline(&ctx, client_->options().rpc_timeout);
@@ -386,12 +390,17 @@ absl::StatusOr<v1::Job> Session::Submit(v1::JobKind kind, bool inputs_streaming)
   return job;
 }
 
-absl::StatusOr<v1::Job> Session::Watch(const std::string& job_id, const JobObserver& observer) {
+absl::StatusOr<v1::Job> Session::Watch(const std::string& job_id, const JobObserver& observer,
+                                       RunCancel* cancel) {
   const absl::Time deadline = absl::Now() + client_->options().job_timeout;
+  auto cancelled = [&] {
+    return absl::CancelledError(absl::StrCat("WatchJob: cancelled while job ", job_id, " ran"));
+  };
   {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, client_->options().job_timeout);
     AttachCapability(&ctx, capability());
+    if (cancel != nullptr && !cancel->Enter(&ctx)) return cancelled();
     v1::GetJobRequest req;
     req.set_job_id(job_id);
     req.set_client_id(client_->client_id());
@@ -400,12 +409,15 @@ absl::StatusOr<v1::Job> Session::Watch(const std::string& job_id, const JobObser
     while (reader->Read(&job)) {
       if (observer) observer(job);
       if (IsFinal(job.state())) {
+        if (cancel != nullptr) cancel->Leave();
         ctx.TryCancel();
         (void)reader->Finish();
         return FinalResult(job);
       }
     }
+    if (cancel != nullptr) cancel->Leave();
     grpc::Status s = reader->Finish();
+    if (cancel != nullptr && cancel->cancelled()) return cancelled();
     // A broken or unsupported watch stream: fall back to polling. Other errors are answers.
     if (!s.ok() && s.error_code() != grpc::StatusCode::UNIMPLEMENTED &&
         s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::OK) {
@@ -414,6 +426,7 @@ absl::StatusOr<v1::Job> Session::Watch(const std::string& job_id, const JobObser
   }
   client_->RememberJob(*this, job_id);  // for the polls (a job id from elsewhere, too)
   while (absl::Now() < deadline) {
+    if (cancel != nullptr && cancel->cancelled()) return cancelled();
     ASSIGN_OR_RETURN(v1::Job job, client_->GetJob(job_id));
     if (observer) observer(job);
     if (IsFinal(job.state())) return FinalResult(job);

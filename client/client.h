@@ -81,6 +81,9 @@ struct TransferOptions {
   // tensor's rows of a block before the next block's (a streaming forward computes the first
   // blocks while the rest arrives). 1: each tensor whole, one after the other.
   int row_blocks = 1;
+  // Download: the job whose outputs these are, which may still be running (OutputAwait in
+  // worker_data_client.h): each worker sends its rows as they become final.
+  OutputAwait await;
 };
 
 // Called on every state change of a watched job.
@@ -158,8 +161,14 @@ class Session {
   absl::StatusOr<v1::Job> Run(v1::JobKind kind, const JobObserver& observer = nullptr,
                               const RunOptions& options = {});
   // Submit alone; Watch follows a submitted job to its final state (same result as Run).
-  absl::StatusOr<v1::Job> Submit(v1::JobKind kind, bool inputs_streaming = false);
-  absl::StatusOr<v1::Job> Watch(const std::string& job_id, const JobObserver& observer);
+  // `outputs_streaming`: SubmitJobRequest.outputs_streaming (the workers mark output rows final
+  // as their plans finish them, for downloads with TransferOptions::await).
+  absl::StatusOr<v1::Job> Submit(v1::JobKind kind, bool inputs_streaming = false,
+                                 bool outputs_streaming = false);
+  // `cancel` (optional): Cancel() ends the watch (CANCELLED; the job itself runs on: cancel it
+  // with Client::CancelJob).
+  absl::StatusOr<v1::Job> Watch(const std::string& job_id, const JobObserver& observer,
+                                RunCancel* cancel = nullptr);
   // Frees the session on the cluster. Idempotent.
   absl::Status Release();
 

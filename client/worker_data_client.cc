@@ -187,14 +187,24 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadGrpc(v1::TensorKind kind, 
 absl::StatusOr<TransferStats> WorkerDataClient::DownloadGrpc(v1::TensorKind kind,
                                                              std::span<const v1::RowRange> ranges,
                                                              int64_t chunk_bytes, HostTensor* t,
-                                                             const ProgressFn& progress) {
+                                                             const ProgressFn& progress,
+                                                             const OutputAwait& await) {
   const absl::Time start = absl::Now();
   TransferStats stats;
   const std::string context = absl::StrCat("worker ", address_, " Download ", TensorKindName(kind));
   for (const v1::RowRange& range : ranges) {
     grpc::ClientContext ctx;
-    Prepare(&ctx, timeout_);
     v1::DownloadRequest request;
+    if (await.job_id.empty()) {
+      Prepare(&ctx, timeout_);
+    } else {
+      // Each chunk may wait up to the await timeout for its rows.
+      const int64_t chunks = std::max<int64_t>(
+          1, CountChunks(*t, std::span<const v1::RowRange>(&range, 1), chunk_bytes, heads(kind)));
+      Prepare(&ctx, timeout_ + await.timeout * chunks);
+      request.set_await_job_id(await.job_id);
+      request.set_await_timeout_ms(absl::ToInt64Milliseconds(await.timeout));
+    }
     request.set_session_id(session_id_);
     request.set_client_id(client_id_);
     request.set_kind(kind);
@@ -277,7 +287,8 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
                                                             std::span<const v1::RowRange> ranges,
                                                             int64_t segment_bytes, bool upload,
                                                             HostTensor* t,
-                                                            const ProgressFn& progress) {
+                                                            const ProgressFn& progress,
+                                                            const OutputAwait& await) {
   const absl::Time start = absl::Now();
   const HeadSlice hs = heads(kind);
   const int64_t per_row = int64_t{t->batch} * TransitRowBytes(*t, hs);
@@ -301,8 +312,14 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
     call->bytes = BlockBytes(*t, piece, hs);
     call->segment = segment->data();
     if (upload) PackBlock(*t, piece, segment->data(), hs);
-    Prepare(&call->ctx, timeout_);
     v1::SharedMemoryTransferRequest& r = call->request;
+    if (!upload && !await.job_id.empty()) {
+      Prepare(&call->ctx, timeout_ + await.timeout);
+      r.set_await_job_id(await.job_id);
+      r.set_await_timeout_ms(absl::ToInt64Milliseconds(await.timeout));
+    } else {
+      Prepare(&call->ctx, timeout_);
+    }
     r.set_session_id(session_id_);
     r.set_client_id(client_id_);
     r.set_kind(kind);
@@ -356,8 +373,9 @@ absl::StatusOr<TransferStats> WorkerDataClient::UploadShm(v1::TensorKind kind, c
 absl::StatusOr<TransferStats> WorkerDataClient::DownloadShm(v1::TensorKind kind,
                                                             std::span<const v1::RowRange> ranges,
                                                             int64_t segment_bytes, HostTensor* t,
-                                                            const ProgressFn& progress) {
-  return ShmTransfer(kind, ranges, segment_bytes, /*upload=*/false, t, progress);
+                                                            const ProgressFn& progress,
+                                                            const OutputAwait& await) {
+  return ShmTransfer(kind, ranges, segment_bytes, /*upload=*/false, t, progress, await);
 }
 
 absl::Status WorkerDataClient::GenerateInputs(uint64_t seed, bool with_grad_output) {

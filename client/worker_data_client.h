@@ -53,6 +53,15 @@ struct TransferStats {
   double seconds = 0;
 };
 
+// A download of a job's outputs while the job may still run (DownloadRequest.await_job_id): the
+// worker sends rows as they become final. Empty job_id: a plain download. `timeout` bounds the
+// worker's wait for each chunk's (or shared-memory block's) rows and lengthens each call's
+// deadline by as much.
+struct OutputAwait {
+  std::string job_id;
+  absl::Duration timeout = absl::Minutes(2);
+};
+
 class WorkerDataClient {
  public:
   static constexpr int64_t kMaxShmPieceBytes = int64_t{8} << 20;
@@ -82,7 +91,8 @@ class WorkerDataClient {
   absl::StatusOr<TransferStats> DownloadGrpc(v1::TensorKind kind,
                                              std::span<const v1::RowRange> ranges,
                                              int64_t chunk_bytes, HostTensor* t,
-                                             const ProgressFn& progress);
+                                             const ProgressFn& progress,
+                                             const OutputAwait& await = {});
   // Same-host path: pieces of at most min(segment_bytes / 2, kMaxShmPieceBytes) (whole rows)
   // through two segments kept between calls, two worker calls in flight.
   absl::StatusOr<TransferStats> UploadShm(v1::TensorKind kind, const HostTensor& t,
@@ -91,7 +101,8 @@ class WorkerDataClient {
   absl::StatusOr<TransferStats> DownloadShm(v1::TensorKind kind,
                                             std::span<const v1::RowRange> ranges,
                                             int64_t segment_bytes, HostTensor* t,
-                                            const ProgressFn& progress);
+                                            const ProgressFn& progress,
+                                            const OutputAwait& await = {});
   // Asks the worker to fill its shard of Q, K, V (and dO) from `seed`.
   absl::Status GenerateInputs(uint64_t seed, bool with_grad_output);
 
@@ -118,7 +129,8 @@ class WorkerDataClient {
   absl::StatusOr<TransferStats> ShmTransfer(v1::TensorKind kind,
                                             std::span<const v1::RowRange> ranges,
                                             int64_t segment_bytes, bool upload, HostTensor* t,
-                                            const ProgressFn& progress);
+                                            const ProgressFn& progress,
+                                            const OutputAwait& await = {});
 
   // Deadline and capability of one call.
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const;

@@ -33,6 +33,7 @@ struct JobManager::Record {
   absl::Status failure;  // first failure or cancellation; OK while all goes well
   FinalFn on_final;      // Submit's, told once by Flush after FinishLocked
   bool inputs_streaming = false;  // SubmitJobRequest.inputs_streaming, passed to every RunJob
+  bool outputs_streaming = false;  // SubmitJobRequest.outputs_streaming, likewise
   absl::Time stop_requested = absl::InfinitePast();  // when the workers were asked to stop
   bool calls_cancelled = false;
   // DFA_TRACE_OPS=1 only: when each RunJob call left and came back.
@@ -71,7 +72,7 @@ JobManager::~JobManager() { Shutdown(); }
 
 absl::StatusOr<v1::Job> JobManager::Submit(std::shared_ptr<const SessionInfo> session,
                                            v1::JobKind kind, FinalFn on_final,
-                                           bool inputs_streaming) {
+                                           bool inputs_streaming, bool outputs_streaming) {
   if (kind != v1::JOB_FORWARD && kind != v1::JOB_BACKWARD) {
     return absl::InvalidArgumentError(
         absl::StrCat("kind: must be JOB_FORWARD or JOB_BACKWARD, got ", static_cast<int>(kind)));
@@ -96,6 +97,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(std::shared_ptr<const SessionInfo> se
     rec->submitted = absl::Now();
     rec->on_final = std::move(on_final);
     rec->inputs_streaming = inputs_streaming;
+    rec->outputs_streaming = outputs_streaming;
     v1::Job& job = rec->job;
     job.set_job_id(RandomId("j-"));
     job.set_session_id(session->session_id);
@@ -145,6 +147,7 @@ void JobManager::TakeStartable() {
       req.set_job_id(rec->job.job_id());
       req.set_kind(rec->job.kind());
       req.set_inputs_streaming(rec->inputs_streaming);
+      req.set_outputs_streaming(rec->outputs_streaming);
       for (const std::string& a : rec->session->transport_addresses) {
         req.add_peer_transport_addresses(a);
       }

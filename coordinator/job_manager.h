@@ -57,9 +57,11 @@ class JobManager {
   // INVALID_ARGUMENT for an unknown kind; FAILED_PRECONDITION as described above. `on_final`
   // (optional) is called once the job is final — also when it fails, is cancelled or the
   // manager shuts down — never when Submit returns an error. It may run before Submit returns.
-  // `inputs_streaming` (SubmitJobRequest.inputs_streaming) is passed to every worker's RunJob.
+  // `inputs_streaming` and `outputs_streaming` (SubmitJobRequest's) are passed to every
+  // worker's RunJob.
   absl::StatusOr<v1::Job> Submit(std::shared_ptr<const SessionInfo> session, v1::JobKind kind,
-                                 FinalFn on_final = nullptr, bool inputs_streaming = false);
+                                 FinalFn on_final = nullptr, bool inputs_streaming = false,
+                                 bool outputs_streaming = false);
   // NOT_FOUND (unknown or forgotten job), PERMISSION_DENIED (missing or wrong capability of
   // the job's session, or another client's job).
   absl::StatusOr<v1::Job> Get(const std::string& job_id, const std::string& client_id,

@@ -32,8 +32,9 @@ class SubmitCall final : public grpc::ServerUnaryReactor {
              absl::StatusOr<std::shared_ptr<const SessionInfo>> session) {
     if (!session.ok()) return Fail(session.status());
     if (!request.wait()) {
-      absl::StatusOr<v1::Job> job = jobs_->Submit(*std::move(session), request.kind(), nullptr,
-                                                  request.inputs_streaming());
+      absl::StatusOr<v1::Job> job =
+          jobs_->Submit(*std::move(session), request.kind(), nullptr, request.inputs_streaming(),
+                        request.outputs_streaming());
       if (!job.ok()) return Fail(job.status());
       *response_ = *std::move(job);
       Finish(reply_(absl::OkStatus()));
@@ -43,7 +44,7 @@ class SubmitCall final : public grpc::ServerUnaryReactor {
     // reactor lives until OnDone, which comes only after Finish and after this handler returns.
     absl::StatusOr<v1::Job> job =
         jobs_->Submit(*std::move(session), request.kind(), [this](const v1::Job& j) { Done(j); },
-                      request.inputs_streaming());
+                      request.inputs_streaming(), request.outputs_streaming());
     if (!job.ok()) return Fail(job.status());
     bool cancel = false;
     {

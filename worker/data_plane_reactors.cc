@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "core/wire/crc32c.h"
 #include "dfa/v1/worker.pb.h"
 #include "worker/rpc_outcome.h"
+#include "worker/session_output_gate.h"
 #include "worker/tensor_io.h"
 
 namespace dfa {
@@ -169,10 +171,21 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       return absl::InvalidArgumentError(
           absl::StrCat("chunk_bytes = ", req_.chunk_bytes(), " must be >= 0 (0: default)"));
     }
+    if (req_.await_timeout_ms() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "await_timeout_ms = ", req_.await_timeout_ms(), " must be >= 0 (0: the step timeout)"));
+    }
+    await_timeout_ = req_.await_timeout_ms() > 0 ? absl::Milliseconds(req_.await_timeout_ms())
+                                                 : state_.await_timeout;
     {
       std::lock_guard<std::mutex> l(session_->mu);
-      RETURN_IF_ERROR(CheckIdle(*session_));
-      RETURN_IF_ERROR(CheckReadable(*session_, req_.kind()));
+      if (req_.await_job_id().empty()) {
+        RETURN_IF_ERROR(CheckIdle(*session_));
+        RETURN_IF_ERROR(CheckReadable(*session_, req_.kind()));
+      } else if (!session_tensors::IsKnownKind(req_.kind())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("kind = ", static_cast<int>(req_.kind()), " is not a tensor kind"));
+      }
       ASSIGN_OR_RETURN(pieces_, ResolveRows(*session_, req_.rows(), "rows"));
     }
     const int64_t chunk_bytes = std::min(
@@ -219,17 +232,27 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       End(absl::OkStatus());
       return;
     }
+    Send(b, r);
+  }
+
+  // Sends rows r of batch b, or (await_job_id: rows not final yet) waits for them first.
+  void Send(int b, const RowRange& r) {
     const int64_t n = r.size() * row_bytes_;
     uint8_t* data = nullptr;
     grpc::Slice slice = NewDataSlice(static_cast<size_t>(n), &data);
+    bool ready = false;
     absl::Status st = [&]() -> absl::Status {
       std::lock_guard<std::mutex> l(session_->mu);
-      RETURN_IF_ERROR(CheckIdle(*session_));
-      RETURN_IF_ERROR(CheckReadable(*session_, req_.kind()));
+      ASSIGN_OR_RETURN(ready, OutputRowsReady(*session_, req_.await_job_id(), req_.kind(), r));
+      if (!ready) return absl::OkStatus();
       return ReadRowsTo(session_.get(), req_.kind(), b, r, data);
     }();
     if (!st.ok()) {
       End(st);
+      return;
+    }
+    if (!ready) {
+      Await(b, r);
       return;
     }
     const uint32_t crc = Crc32c(data, static_cast<size_t>(n));
@@ -239,10 +262,33 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     StartWrite(&message_);
   }
 
+  // The rows are not final yet: a thread of this call waits for them (a reaction never
+  // blocks), then sends them or ends the call. No other reaction runs meanwhile: no write is in
+  // flight, and the call cannot be done before Finish, which only that thread calls.
+  void Await(int b, const RowRange& r) {
+    std::thread([this, b, r] {
+      const absl::Status st =
+          AwaitOutputRows(session_.get(), req_.await_job_id(), req_.kind(), r, await_timeout_,
+                          [this] { return gone_.load(); });
+      if (!st.ok()) {
+        End(st);
+        return;
+      }
+      Send(b, r);
+    }).detach();
+  }
+
+  void OnCancel() override {
+    gone_ = true;
+    if (session_ != nullptr) session_->outputs_changed.notify_all();
+  }
+
   void End(const absl::Status& st) { Finish(AnswerRpc(Metrics(state_), "Download", st)); }
 
   const DataPlaneState state_;
   v1::DownloadRequest req_;
+  absl::Duration await_timeout_;
+  std::atomic<bool> gone_{false};  // the call was cancelled (the client went away)
   std::shared_ptr<WorkerSession> session_;
   std::vector<RowRange> pieces_;
   int64_t row_bytes_ = 0;

@@ -19,6 +19,10 @@
 // under "Upload" / "Download". A peer that cancels, or whose deadline passes, ends the stream
 // at the next read or write; Download then answers CANCELLED ("client went away").
 //
+// Awaited outputs (DownloadRequest.await_job_id): a chunk whose rows are not final yet is
+// waited for on a thread of the call (worker/session_output_gate.h AwaitOutputRows), never on a
+// callback thread; a client that goes away ends the wait within 20 ms (OnCancel).
+//
 // Threads: gRPC runs the reactions on its callback threads, one reaction of a call at a time.
 // A reaction copies one chunk under the session's mutex (held only for short copies elsewhere)
 // and never waits on anything else. The reactors delete themselves when gRPC is done with them.
@@ -27,6 +31,7 @@
 #include <atomic>
 #include <string>
 
+#include "absl/time/time.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "worker/session_registry.h"
@@ -40,6 +45,9 @@ struct DataPlaneState {
   SessionRegistry* sessions = nullptr;
   // Set once the daemon knows its worker id; may be null before.
   const std::atomic<WorkerMetrics*>* metrics = nullptr;
+  // A Download's longest wait per chunk under await_job_id when the request leaves
+  // await_timeout_ms 0 (the worker's step timeout).
+  absl::Duration await_timeout = absl::Seconds(120);
 };
 
 // A reactor for one Upload call: a stream of UploadRequest, answered by `response` (a serialized

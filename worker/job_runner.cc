@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "worker/executor/plan_executor.h"
 #include "worker/session_input_gate.h"
+#include "worker/session_output_gate.h"
 
 namespace dfa {
 namespace {
@@ -66,6 +67,7 @@ absl::Status JobRunner::Prepare(WorkerSession* s, const v1::RunJobRequest& req) 
   s->running_kind = req.kind();
   s->inputs_streaming = req.inputs_streaming();
   s->cancel = false;
+  BeginJobOutputs(s, req.job_id(), req.kind());
   return absl::OkStatus();
 }
 
@@ -80,24 +82,35 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
   }
   ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
                    sessions_->Find(req.session_id(), "", /*check_client=*/false));
+  // A job refused before it runs still ends for the downloads that await its outputs.
+  auto refused = [&](absl::Status st) {
+    std::lock_guard<std::mutex> l(s->mu);
+    EndJobOutputs(s.get(), req.job_id(), st);
+    return st;
+  };
   const int size = s->plan.num_workers();
   if (req.peer_transport_addresses_size() != size) {
-    return absl::InvalidArgumentError(
+    return refused(absl::InvalidArgumentError(
         absl::StrCat("peer_transport_addresses has ", req.peer_transport_addresses_size(),
-                     " entries; the session has ", size, " ranks"));
+                     " entries; the session has ", size, " ranks")));
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
-    if (shutting_down_) return absl::UnavailableError("worker is shutting down");
-    if (cancelled_early_.erase(req.job_id())) {
-      return absl::CancelledError(absl::StrCat("job_id = '", req.job_id(), "' was cancelled"));
-    }
-    if (running_.count(req.job_id())) {
+    std::unique_lock<std::mutex> l(mu_);
+    absl::Status early;
+    if (shutting_down_) {
+      early = absl::UnavailableError("worker is shutting down");
+    } else if (cancelled_early_.erase(req.job_id())) {
+      early = absl::CancelledError(absl::StrCat("job_id = '", req.job_id(), "' was cancelled"));
+    } else if (running_.count(req.job_id())) {
       return absl::AlreadyExistsError(
           absl::StrCat("job_id = '", req.job_id(), "' is already running on this worker"));
     }
+    if (!early.ok()) {
+      l.unlock();
+      return refused(early);
+    }
   }
-  RETURN_IF_ERROR(Prepare(s.get(), req));
+  if (absl::Status st = Prepare(s.get(), req); !st.ok()) return refused(st);
   {
     std::lock_guard<std::mutex> l(mu_);
     running_[req.job_id()] = s;
@@ -116,6 +129,7 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
 
   absl::StatusOr<PassStats> result;
   SessionInputGate gate(s.get());  // used by a streaming job only
+  SessionOutputGate outputs(s.get());  // used by a job that streams its outputs only
   bool ran_executor = false;
   (void)s->transport->TakeDeviceIdleSeconds();  // drop what an earlier, failed job left
   const absl::Time job_start = absl::Now();
@@ -136,6 +150,7 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
       opts.cancel = &s->cancel;
       if (s->mask != nullptr) opts.mask_intervals = s->mask->intervals();
       if (req.inputs_streaming()) opts.inputs = &gate;
+      if (req.outputs_streaming()) opts.outputs = &outputs;
       PlanExecutor executor(s->backend.get(), *transport, s->storage.get(), opts);
       executor_start = absl::Now();
       ran_executor = true;
@@ -191,6 +206,11 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
         s->v_rows.Clear();
       }
     }
+    absl::Status outcome = result.status();
+    if (!outcome.ok() && s->cancel && outcome.code() != absl::StatusCode::kCancelled) {
+      outcome = absl::CancelledError(absl::StrCat("job cancelled (", outcome.message(), ")"));
+    }
+    EndJobOutputs(s.get(), req.job_id(), outcome);
   }
   if (!result.ok()) {
     absl::Status st = result.status();

@@ -46,6 +46,8 @@ class JobRunner {
   // shutting down"), so callers treat this worker as lost and retry elsewhere.
   void CancelAll();
   int running() const;
+  // Each plan step's longest wait for its data (--step_timeout_s).
+  absl::Duration step_timeout() const { return step_timeout_; }
   // Attaches metrics (before the service is reachable; see worker_daemon.cc).
   void set_metrics(WorkerMetrics* m) { metrics_ = m; }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/session_capability.h"
 #include "worker/rpc_outcome.h"
+#include "worker/session_output_gate.h"
 #include "worker/tensor_io.h"
 #ifdef DFA_HAVE_NCCL
 #include "worker/gpu/device_transfer.h"
@@ -106,7 +107,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::Upload(
     }
     ticket = *std::move(t);
   }
-  return NewUploadReactor(DataPlaneState{sessions_, &metrics_}, PresentedCapability(*ctx),
+  return NewUploadReactor(DataPlaneState{sessions_, &metrics_, jobs_->step_timeout()}, PresentedCapability(*ctx),
                           response, std::move(ticket));
 }
 
@@ -121,7 +122,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Download(
     }
     ticket = *std::move(t);
   }
-  return NewDownloadReactor(DataPlaneState{sessions_, &metrics_}, PresentedCapability(*ctx),
+  return NewDownloadReactor(DataPlaneState{sessions_, &metrics_, jobs_->step_timeout()}, PresentedCapability(*ctx),
                             *request, std::move(ticket));
 }
 
@@ -140,7 +141,8 @@ grpc::Status WorkerServiceImpl::GenerateInputs(grpc::ServerContext* ctx,
 }
 
 absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req,
-                                      const std::string& capability, int64_t* bytes) {
+                                      const std::string& capability,
+                                      const std::function<bool()>& gone, int64_t* bytes) {
   ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
                    sessions_->FindForClient(req.session_id(), req.client_id(), capability));
   const std::string& name = req.shm_name();
@@ -160,9 +162,20 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
                                                 ") spans several owned ranges; send one each"));
     }
   }
-  if (!req.upload()) {
+  const std::string& await = req.upload() ? std::string() : req.await_job_id();
+  if (req.await_timeout_ms() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "await_timeout_ms = ", req.await_timeout_ms(), " must be >= 0 (0: the step timeout)"));
+  }
+  if (!req.upload() && await.empty()) {
     std::lock_guard<std::mutex> l(s->mu);
     RETURN_IF_ERROR(CheckReadable(*s, req.kind()));
+  } else if (!req.upload()) {
+    // The rows of a job that may still run: wait until they are final (or its error).
+    const absl::Duration timeout = req.await_timeout_ms() > 0
+                                       ? absl::Milliseconds(req.await_timeout_ms())
+                                       : jobs_->step_timeout();
+    RETURN_IF_ERROR(AwaitOutputRows(s.get(), await, req.kind(), rows, timeout, gone));
   } else if (req.kind() < v1::TENSOR_Q || req.kind() > v1::TENSOR_DV) {
     return absl::InvalidArgumentError(
         absl::StrCat("kind = ", static_cast<int>(req.kind()), " is not a tensor kind"));
@@ -174,7 +187,16 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
     ASSIGN_OR_RETURN(m, s->shm_mappings.Find(name, need));
   }
   std::lock_guard<std::mutex> l(s->mu);
-  RETURN_IF_ERROR(req.upload() ? session_tensors::CheckUploadable(*s, req.kind()) : CheckIdle(*s));
+  if (req.upload()) {
+    RETURN_IF_ERROR(session_tensors::CheckUploadable(*s, req.kind()));
+  } else {
+    ASSIGN_OR_RETURN(const bool ready, OutputRowsReady(*s, await, req.kind(), rows));
+    if (!ready) {
+      return absl::InternalError(absl::StrCat("rows [", rows.begin, ", ", rows.end,
+                                              ") of await_job_id = '", await,
+                                              "' were final and are not any more"));
+    }
+  }
   if (req.upload()) {
     RETURN_IF_ERROR(WriteBlock(s.get(), req.kind(), rows, m ? m->addr : nullptr));
   } else {
@@ -205,7 +227,8 @@ grpc::Status WorkerServiceImpl::SharedMemoryTransfer(grpc::ServerContext* ctx,
                                                      const v1::SharedMemoryTransferRequest* req,
                                                      v1::SharedMemoryTransferResponse* resp) {
   int64_t bytes = 0;
-  absl::Status st = DoShm(*req, PresentedCapability(*ctx), &bytes);
+  absl::Status st =
+      DoShm(*req, PresentedCapability(*ctx), [ctx] { return ctx->IsCancelled(); }, &bytes);
   if (st.ok()) {
     resp->set_bytes(bytes);
     if (WorkerMetrics* m = metrics_.load()) {

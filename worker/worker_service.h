@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "dfa/v1/worker.grpc.pb.h"
@@ -87,8 +88,9 @@ class WorkerServiceImpl final : public WorkerServiceBase {
 
  private:
   grpc::Status Finish(const char* method, const absl::Status& st);
+  // `gone`: the caller went away (a download awaiting a job's rows stops waiting).
   absl::Status DoShm(const v1::SharedMemoryTransferRequest& req, const std::string& capability,
-                     int64_t* bytes);
+                     const std::function<bool()>& gone, int64_t* bytes);
 
   SessionRegistry* sessions_;
   StreamLimits* streams_ = nullptr;

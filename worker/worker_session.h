@@ -16,11 +16,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/planner/plan.h"
 #include "dfa/v1/worker.pb.h"
 #include "kernels/attention_backend.h"
@@ -74,6 +77,18 @@ class RowCoverage {
   int64_t count_ = 0;
 };
 
+// The outputs of a session's running job as their rows become final, and how its last jobs
+// ended: what a download that awaits a job (DownloadRequest.await_job_id) waits on
+// (worker/session_output_gate.h).
+struct OutputProgress {
+  std::string job_id;  // the running job ("" when none runs)
+  v1::JobKind kind = v1::JOB_FORWARD;
+  // Per local row: final on the query side (O, LSE; dQ) and the key side (dK, dV).
+  std::vector<uint8_t> queries, keys;
+  // The last jobs that ended here (at most a few, oldest first): id and outcome.
+  std::deque<std::pair<std::string, absl::Status>> ended;
+};
+
 struct WorkerSession {
   // Immutable after OpenSession.
   std::string id;
@@ -113,6 +128,10 @@ struct WorkerSession {
   // Notified (with mu held or not) after every upload marks rows and when the job is cancelled;
   // a streaming job's executor waits on it (with mu).
   std::condition_variable rows_arrived;
+  OutputProgress outputs;  // guarded by mu
+  // Notified when output rows become final, when a job starts or ends, and when a download
+  // awaiting outputs loses its client; such downloads wait on it (with mu).
+  std::condition_variable outputs_changed;
   bool forward_done = false;       // O and LSE hold the forward of the current Q, K, V
   bool backward_done = false;      // dQ, dK, dV hold the backward of the current dO
   // A backward has run since Q, K, V were last complete: it wrote the gradients into their

@@ -22,8 +22,11 @@ absl::Status PassAccumulators::Begin() {
       }
     }
     acc_ready_.clear();
+    final_queries_.clear();
     return absl::OkStatus();
   }
+  final_queries_.clear();
+  final_keys_.clear();
   chunked_ = !st->layout().kv_accumulators;
   if (chunked_ && !ChunkedBackward(ctx_.plan, ctx_.rank)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -74,7 +77,51 @@ TensorView ChunkView(void* p, const AttentionShape& shape, int64_t total, int64_
   return v.Slice(off, n);
 }
 
+// The parts of [0, total) outside `done` (disjoint ranges, any order), ascending.
+std::vector<RowRange> Remaining(int64_t total, std::vector<RowRange> done) {
+  std::sort(done.begin(), done.end(),
+            [](const RowRange& x, const RowRange& y) { return x.begin < y.begin; });
+  std::vector<RowRange> out;
+  int64_t at = 0;
+  for (const RowRange& r : done) {
+    if (r.begin > at) out.push_back({at, r.begin});
+    at = std::max(at, r.end);
+  }
+  if (at < total) out.push_back({at, total});
+  return out;
+}
+
 }  // namespace
+
+absl::Status PassAccumulators::ConvertFinal(OutputSide side, const RowRange& local) {
+  SessionStorage* st = ctx_.storage;
+  const int64_t n = local.size();
+  if (n <= 0) return absl::OkStatus();
+  StepStats unattributed;
+  StepStats& counts = ctx_.cur != nullptr ? *ctx_.cur : unattributed;
+  auto convert = [&](const TensorView& from, const TensorView& to) {
+    return Launch(&counts.other_launches,
+                  ctx_.backend->Convert(from.Slice(local.begin, n), to.Slice(local.begin, n),
+                                        ctx_.stream));
+  };
+  if (side == OutputSide::kQueries) {
+    if (ctx_.fwd) {
+      if (out_view_.data != st->o().data) RETURN_IF_ERROR(convert(out_view_, st->o()));
+    } else {
+      RETURN_IF_ERROR(convert(st->dq_acc(), st->q()));
+    }
+    final_queries_.push_back(local);
+    return absl::OkStatus();
+  }
+  if (ctx_.fwd || chunked_) {
+    return absl::InternalError(absl::StrCat("worker ", ctx_.rank, ": key rows ", Rows(local),
+                                            " announced final outside an unchunked backward"));
+  }
+  RETURN_IF_ERROR(convert(st->dk_acc(), st->k()));
+  RETURN_IF_ERROR(convert(st->dv_acc(), st->v()));
+  final_keys_.push_back(local);
+  return absl::OkStatus();
+}
 
 absl::Status PassAccumulators::ChunkViews(int64_t c, int64_t k0, int64_t n, TensorView* dk,
                                           TensorView* dv) {
@@ -182,10 +229,18 @@ absl::Status PassAccumulators::Finish() {
     }
     chunk_dk_.reset();
     chunk_dv_.reset();
-    RETURN_IF_ERROR(ctx_.backend->Convert(st->dq_acc(), st->q(), ctx_.stream));
+    // Rows ConvertFinal took already are left alone (a download may be reading them).
+    for (const RowRange& r : Remaining(st->rows(), final_queries_)) {
+      RETURN_IF_ERROR(ctx_.backend->Convert(st->dq_acc().Slice(r.begin, r.size()),
+                                            st->q().Slice(r.begin, r.size()), ctx_.stream));
+    }
     if (!chunked_) {
-      RETURN_IF_ERROR(ctx_.backend->Convert(st->dk_acc(), st->k(), ctx_.stream));
-      RETURN_IF_ERROR(ctx_.backend->Convert(st->dv_acc(), st->v(), ctx_.stream));
+      for (const RowRange& r : Remaining(st->rows(), final_keys_)) {
+        RETURN_IF_ERROR(ctx_.backend->Convert(st->dk_acc().Slice(r.begin, r.size()),
+                                              st->k().Slice(r.begin, r.size()), ctx_.stream));
+        RETURN_IF_ERROR(ctx_.backend->Convert(st->dv_acc().Slice(r.begin, r.size()),
+                                              st->v().Slice(r.begin, r.size()), ctx_.stream));
+      }
     }
     return absl::OkStatus();
   }
@@ -195,7 +250,10 @@ absl::Status PassAccumulators::Finish() {
   RETURN_IF_ERROR(PrepareRows(0, rows, &fresh));
   if (fresh) RETURN_IF_ERROR(InitRows({0, rows}));
   if (out_view_.data != st->o().data) {
-    RETURN_IF_ERROR(ctx_.backend->Convert(out_view_, st->o(), ctx_.stream));
+    for (const RowRange& r : Remaining(rows, final_queries_)) {
+      RETURN_IF_ERROR(ctx_.backend->Convert(out_view_.Slice(r.begin, r.size()),
+                                            st->o().Slice(r.begin, r.size()), ctx_.stream));
+    }
   }
   return absl::OkStatus();
 }

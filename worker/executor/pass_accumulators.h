@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "kernels/attention_backend.h"
 #include "worker/executor/pass_buffers.h"
+#include "worker/executor/output_gate.h"
 #include "worker/executor/pass_context.h"
 
 namespace dfa::executor_internal {
@@ -46,6 +47,11 @@ class PassAccumulators {
   // become an empty output (O = 0, LSE -inf), and an fp32 accumulator is converted into O;
   // backward gradients are converted into Q's, K's and V's slots (unfinished key chunks: 0).
   absl::Status Finish();
+  // Local rows `local` of `side` are final (output_finality.h) before the end of the pass: their
+  // outputs go into the session's tensors now (forward: O from an fp32 accumulator; backward:
+  // dQ into Q's slot, dK, dV into K's and V's unless chunked), queued on the compute stream, and
+  // Finish leaves them alone.
+  absl::Status ConvertFinal(OutputSide side, const RowRange& local);
 
   // Backward: whether owned keys run in chunks, and the chunk size (local key rows).
   bool chunked() const { return chunked_; }
@@ -61,6 +67,8 @@ class PassAccumulators {
   PassContext& ctx_;
   TensorView out_view_;              // forward: the output accumulator (o_acc, or O)
   std::vector<RowRange> acc_ready_;  // local rows of out_view_ (and LSE) written already
+  // Local rows converted by ConvertFinal, by side.
+  std::vector<RowRange> final_queries_, final_keys_;
   bool chunked_ = false;
   int64_t chunk_rows_ = 0;
   std::unique_ptr<DeviceBuffer> chunk_dk_, chunk_dv_;  // fp32 [B, chunk_rows, Hkv, D]

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/executor/output_finality.h"
 #include "worker/executor/pass_accumulators.h"
 #include "worker/executor/pass_buffers.h"
 #include "worker/executor/pass_context.h"
@@ -21,6 +22,9 @@ namespace dfa {
 namespace {
 
 using executor_internal::Buffer;
+using executor_internal::GlobalRows;
+using executor_internal::FinalRowsByStep;
+using executor_internal::OutputFinality;
 using executor_internal::PassAccumulators;
 using executor_internal::PassBuffers;
 using executor_internal::PassContext;
@@ -53,6 +57,9 @@ class PassRunner {
     buffers_.ReleaseSent(t);
     return absl::OkStatus();
   }
+  // Outputs streaming (ExecutorOptions::outputs): the rows step t finished, converted, then
+  // announced once the stream has them.
+  absl::Status PublishFinal(int t);
 
   const Plan run_;  // the plan as it runs (CutTransfers)
   PassContext ctx_;
@@ -60,7 +67,26 @@ class PassRunner {
   StepGroups groups_;
   PassAccumulators acc_;
   StepCompute compute_;
+  OutputFinality finality_;  // set when the pass announces its outputs
 };
+
+absl::Status PassRunner::PublishFinal(int t) {
+  OutputGate* gate = ctx_.options.outputs;
+  const int T = static_cast<int>(ctx_.steps().size());
+  if (gate == nullptr || t + 1 >= T) return absl::OkStatus();  // the last step's: the job's end
+  const std::vector<RowRange>& queries = finality_.queries[static_cast<size_t>(t)];
+  static const std::vector<RowRange> kNone;
+  const std::vector<RowRange>& keys =
+      acc_.chunked() ? kNone : finality_.keys[static_cast<size_t>(t)];
+  if (queries.empty() && keys.empty()) return absl::OkStatus();
+  for (const RowRange& r : queries) RETURN_IF_ERROR(acc_.ConvertFinal(OutputSide::kQueries, r));
+  for (const RowRange& r : keys) RETURN_IF_ERROR(acc_.ConvertFinal(OutputSide::kKeys, r));
+  RETURN_IF_ERROR(ctx_.backend->Synchronize(ctx_.stream));
+  const std::vector<RowRange>& owned = ctx_.storage->owned();
+  for (const RowRange& r : queries) gate->RowsFinal(OutputSide::kQueries, GlobalRows(owned, r));
+  for (const RowRange& r : keys) gate->RowsFinal(OutputSide::kKeys, GlobalRows(owned, r));
+  return absl::OkStatus();
+}
 
 absl::Status PassRunner::CheckFits() const {
   const Plan& plan = ctx_.plan;
@@ -128,6 +154,7 @@ absl::Status PassRunner::RunStep(int t) {
   const double t3 = Now();
   s.idle_seconds += t3 - t2;
   if (t + 1 < T) RETURN_IF_ERROR(groups_.PostLate(t + 1));
+  RETURN_IF_ERROR(PublishFinal(t));
   s.busy_seconds = Now() - t1 - (t3 - t2) - ctx_.input_wait;
   // Release what this step was the last to use (sends of step t completed in the Wait above).
   buffers_.ReleaseAfterStep(t);
@@ -145,6 +172,7 @@ absl::StatusOr<PassStats> PassRunner::Run() {
   ctx_.transport->ClearReadyMark();  // nothing an earlier (failed) pass marked applies here
   const int T = static_cast<int>(ctx_.steps().size());
   ctx_.stats.steps.assign(T, StepStats{});
+  if (opt.outputs != nullptr) finality_ = FinalRowsByStep(ctx_.plan, ctx_.rank, ctx_.fwd);
   RETURN_IF_ERROR(groups_.Init());
   RETURN_IF_ERROR(acc_.Begin());
   if (T > 0) {

@@ -61,6 +61,7 @@
 #include "kernels/attention_backend.h"
 #include "core/status.h"
 #include "worker/executor/input_gate.h"
+#include "worker/executor/output_gate.h"
 #include "worker/executor/session_storage.h"
 #include "core/transport.h"
 
@@ -89,6 +90,12 @@ struct ExecutorOptions {
   // step_timeout and honours cancel; the time counts as the step's idle time. null: the inputs
   // are all present.
   InputGate* inputs = nullptr;
+  // Outputs announced as their rows become final (output_gate.h; not owned): after each step but
+  // the last, the owned rows whose outputs that step finished (output_finality.h) are converted
+  // into the session's tensors, the compute stream is synchronised (GPU backends: a host wait),
+  // and the gate is told. A chunked backward's dK, dV are announced at the end only. null: none
+  // (the job's end makes every row final).
+  OutputGate* outputs = nullptr;
 };
 
 // What one step cost. Times are host wall-clock: for a synchronous backend (cpu) busy is the

@@ -1,0 +1,383 @@
+// Outputs downloaded while their job runs (DownloadRequest.await_job_id, SubmitJobRequest.
+// outputs_streaming; docs/worker.md "Streaming outputs"), on real daemons over loopback: a
+// download sends each chunk once its rows are final, so a worker's rows come back while another
+// worker still waits for its inputs; the results equal the reference over gRPC and shared
+// memory; a download waiting on a job that is cancelled or fails ends promptly with the job's
+// code naming the tensor and rows; a waiting download times out with DEADLINE_EXCEEDED naming
+// them; and a waiting download whose client goes away leaves the worker serving.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "core/session_capability.h"
+#include "dfa/v1/worker.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/integration/cluster_fixture.h"
+
+namespace dfa::testing {
+namespace {
+
+// A job waiting for inputs that never come fails after this (dfa-worker --step_timeout_s).
+constexpr int kStepTimeoutS = 4;
+
+class StreamingOutputsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    client::LocalClusterOptions o;
+    o.workers = 2;
+    o.threads_per_worker = 1;
+    o.start_timeout = absl::Seconds(20);
+    o.worker_args = {absl::StrCat("--step_timeout_s=", kStepTimeoutS)};
+    auto c = client::LocalCluster::Start(o);
+    if (c.status().code() == absl::StatusCode::kNotFound) return;  // daemons not built
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c).release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    if (cluster_ == nullptr) GTEST_SKIP() << "dfa-coordinator / dfa-worker not built";
+    auto c = client::Client::Connect(cluster_->client_options());
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+  }
+
+  std::unique_ptr<client::Session> NewSession(const v1::AttentionSpec& spec,
+                                              const std::string& schedule = "") {
+    client::SessionOptions o;
+    o.spec = spec;
+    o.num_workers = 2;
+    o.schedule = schedule;
+    auto s = client_->CreateSession(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  static client::LocalCluster* cluster_;
+  std::unique_ptr<client::Client> client_;
+};
+
+client::LocalCluster* StreamingOutputsTest::cluster_ = nullptr;
+
+client::TransferOptions Awaiting(const std::string& job_id, client::TransferPath path,
+                                 absl::Duration timeout = absl::Seconds(20)) {
+  client::TransferOptions t;
+  t.path = path;
+  t.await.job_id = job_id;
+  t.await.timeout = timeout;
+  return t;
+}
+
+std::vector<v1::RowRange> Owned(const client::Session& s, int rank) {
+  const auto& owned = s.info().shards(rank).owned();
+  return {owned.begin(), owned.end()};
+}
+
+// The shard (index into the placement) that owns global row 0.
+int FirstShard(const client::Session& s) {
+  for (int r = 0; r < s.num_workers(); ++r) {
+    if (s.info().shards(r).owned(0).begin() == 0) return r;
+  }
+  return 0;
+}
+
+// Forward and backward submitted before any input exists, their outputs' downloads started
+// before the inputs are uploaded: every download waits on its job and the results equal the
+// single-device reference.
+void RunWithAwaitedOutputs(client::Session* s, const TrainingInputs& in,
+                           client::TransferPath path, RunResult* r) {
+  client::TransferOptions up;
+  up.path = path;
+  up.row_blocks = 4;
+  auto fwd = s->Submit(v1::JOB_FORWARD, /*inputs_streaming=*/true, /*outputs_streaming=*/true);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  absl::Status o_st, lse_st;
+  std::thread gather([&] {
+    o_st = s->Download(v1::TENSOR_O, &r->fwd.o, Awaiting(fwd->job_id(), path)).status();
+    if (o_st.ok()) {
+      lse_st = s->Download(v1::TENSOR_LSE, &r->fwd.lse, Awaiting(fwd->job_id(), path)).status();
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // the downloads are waiting
+  auto sent = s->Upload({{v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}, {v1::TENSOR_Q, &in.q}}, up);
+  gather.join();
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  ASSERT_TRUE(o_st.ok()) << o_st;
+  ASSERT_TRUE(lse_st.ok()) << lse_st;
+  auto done = s->Watch(fwd->job_id(), nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  r->forward = *done;
+
+  auto bwd = s->Submit(v1::JOB_BACKWARD, true, true);
+  ASSERT_TRUE(bwd.ok()) << bwd.status();
+  absl::Status g_st;
+  std::thread grads([&] {
+    g_st = s->Download(v1::TENSOR_DQ, &r->bwd.dq, Awaiting(bwd->job_id(), path)).status();
+    if (g_st.ok()) {
+      g_st = s->Download(v1::TENSOR_DK, &r->bwd.dk, Awaiting(bwd->job_id(), path)).status();
+    }
+    if (g_st.ok()) {
+      g_st = s->Download(v1::TENSOR_DV, &r->bwd.dv, Awaiting(bwd->job_id(), path)).status();
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  sent = s->Upload(v1::TENSOR_DO, in.dout, up);
+  grads.join();
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  ASSERT_TRUE(g_st.ok()) << g_st;
+  done = s->Watch(bwd->job_id(), nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  r->backward = *done;
+}
+
+TEST_F(StreamingOutputsTest, OutputsAwaitedWhileTheJobRunsMatchTheReference) {
+  const auto spec = MakeSpec(2, 384, 4, 2, 16, /*causal=*/true);
+  const TrainingInputs in = RandomInputs(spec, 31);
+  for (client::TransferPath path :
+       {client::TransferPath::kGrpc, client::TransferPath::kSharedMemory}) {
+    for (const char* schedule : {"balanced", "distflash"}) {
+      SCOPED_TRACE(absl::StrCat(path == client::TransferPath::kGrpc ? "grpc " : "shm ",
+                                schedule));
+      auto s = NewSession(spec, schedule);
+      ASSERT_NE(s, nullptr);
+      RunResult r;
+      RunWithAwaitedOutputs(s.get(), in, path, &r);
+      ExpectMatchesReference(spec, in, r);
+      EXPECT_TRUE(s->Release().ok());
+    }
+  }
+}
+
+// distflash on 2 workers: the first worker's queries see only its own keys, so its O rows are
+// final after its first step. With the second worker's inputs held back, the job cannot end,
+// yet the first worker's O comes back whole.
+TEST_F(StreamingOutputsTest, AWorkersRowsComeBackWhileAnotherStillWaits) {
+  const auto spec = MakeSpec(1, 512, 2, 1, 16, /*causal=*/true);
+  const TrainingInputs in = RandomInputs(spec, 32);
+  auto s = NewSession(spec, "distflash");
+  ASSERT_NE(s, nullptr);
+  const int first = FirstShard(*s);
+  const int second = 1 - first;
+  auto job = s->Submit(v1::JOB_FORWARD, true, true);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::vector<v1::RowRange> mine = Owned(*s, first);
+  for (const auto& [kind, t] : std::vector<std::pair<v1::TensorKind, const client::HostTensor*>>{
+           {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}, {v1::TENSOR_Q, &in.q}}) {
+    auto up = s->DataClient(first).UploadGrpc(kind, *t, mine, client::kDefaultChunkBytes, nullptr);
+    ASSERT_TRUE(up.ok()) << up.status();
+  }
+  auto early_o = client::MakeTensor(spec, v1::TENSOR_O);
+  ASSERT_TRUE(early_o.ok());
+  client::OutputAwait await{job->job_id(), absl::Seconds(kStepTimeoutS / 2)};
+  auto got = s->DataClient(first).DownloadGrpc(v1::TENSOR_O, mine, client::kDefaultChunkBytes,
+                                              &*early_o, nullptr, await);
+  ASSERT_TRUE(got.ok()) << got.status();
+  // The job is still running: the second worker has none of its inputs.
+  auto state = client_->GetJob(job->job_id());
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->state(), v1::JOB_RUNNING) << state->DebugString();
+  // The second worker's rows are not final: its download waits.
+  auto late_o = client::MakeTensor(spec, v1::TENSOR_O);
+  ASSERT_TRUE(late_o.ok());
+  client::OutputAwait brief{job->job_id(), absl::Milliseconds(300)};
+  auto waiting = s->DataClient(second).DownloadGrpc(
+      v1::TENSOR_O, Owned(*s, second), client::kDefaultChunkBytes, &*late_o, nullptr, brief);
+  EXPECT_EQ(waiting.status().code(), absl::StatusCode::kDeadlineExceeded) << waiting.status();
+  EXPECT_NE(waiting.status().message().find("TENSOR_O rows ["), std::string::npos)
+      << waiting.status();
+  EXPECT_NE(waiting.status().message().find("are not final within 300ms"), std::string::npos)
+      << waiting.status();
+
+  // The rest arrives; the job ends, and the early rows are the final ones.
+  const std::vector<v1::RowRange> theirs = Owned(*s, second);
+  for (const auto& [kind, t] : std::vector<std::pair<v1::TensorKind, const client::HostTensor*>>{
+           {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}, {v1::TENSOR_Q, &in.q}}) {
+    auto up =
+        s->DataClient(second).UploadGrpc(kind, *t, theirs, client::kDefaultChunkBytes, nullptr);
+    ASSERT_TRUE(up.ok()) << up.status();
+  }
+  auto done = s->Watch(job->job_id(), nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  RunResult r;
+  r.forward = *done;
+  ASSERT_TRUE(s->Download(v1::TENSOR_O, &r.fwd.o).ok());
+  ASSERT_TRUE(s->Download(v1::TENSOR_LSE, &r.fwd.lse).ok());
+  const int64_t row_bytes = r.fwd.o.size_bytes() / spec.seq_len();
+  for (const v1::RowRange& range : mine) {
+    const int64_t off = range.begin() * row_bytes, n = (range.end() - range.begin()) * row_bytes;
+    EXPECT_EQ(0, std::memcmp(early_o->data() + off, r.fwd.o.data() + off, n));
+  }
+  ASSERT_TRUE(s->Upload(v1::TENSOR_DO, in.dout).ok());
+  auto bwd = s->Run(v1::JOB_BACKWARD);
+  ASSERT_TRUE(bwd.ok()) << bwd.status();
+  r.backward = *bwd;
+  ASSERT_TRUE(s->Download(v1::TENSOR_DQ, &r.bwd.dq).ok());
+  ASSERT_TRUE(s->Download(v1::TENSOR_DK, &r.bwd.dk).ok());
+  ASSERT_TRUE(s->Download(v1::TENSOR_DV, &r.bwd.dv).ok());
+  ExpectMatchesReference(spec, in, r);
+}
+
+TEST_F(StreamingOutputsTest, ADownloadAwaitingACancelledJobEndsAtOnce) {
+  const auto spec = MakeSpec(1, 128, 2, 2, 16, /*causal=*/true);
+  auto s = NewSession(spec);
+  ASSERT_NE(s, nullptr);
+  auto job = s->Submit(v1::JOB_FORWARD, true, true);  // its inputs never come
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (client::TransferPath path :
+       {client::TransferPath::kGrpc, client::TransferPath::kSharedMemory}) {
+    SCOPED_TRACE(path == client::TransferPath::kGrpc ? "grpc" : "shm");
+    client::HostTensor o;
+    absl::Status st;
+    absl::Time ended;
+    std::thread waiter([&] {
+      st = s->Download(v1::TENSOR_O, &o, Awaiting(job->job_id(), path)).status();
+      ended = absl::Now();
+    });
+    absl::SleepFor(absl::Milliseconds(300));
+    const absl::Time cancelled = absl::Now();
+    if (path == client::TransferPath::kGrpc) {
+      ASSERT_TRUE(client_->CancelJob(job->job_id()).ok());
+    }
+    waiter.join();
+    // Cancelled once; the second download finds the job's outcome at once.
+    EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+    EXPECT_NE(st.message().find("ended CANCELLED before TENSOR_O rows ["), std::string::npos)
+        << st;
+    EXPECT_LT(absl::ToDoubleSeconds(ended - cancelled), 1.0);
+  }
+  // The session serves the next job.
+  const TrainingInputs in = RandomInputs(spec, 33);
+  ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
+                  .ok());
+  auto next = s->Run(v1::JOB_FORWARD);
+  EXPECT_TRUE(next.ok()) << next.status();
+}
+
+TEST_F(StreamingOutputsTest, ADownloadAwaitingAFailedJobEndsWithItsError) {
+  const auto spec = MakeSpec(1, 128, 2, 2, 16, /*causal=*/true);
+  const TrainingInputs in = RandomInputs(spec, 34);
+  auto s = NewSession(spec);
+  ASSERT_NE(s, nullptr);
+  auto job = s->Submit(v1::JOB_FORWARD, true, true);
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Q and K arrive, V never does: the job fails after the step timeout.
+  ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}}).ok());
+  client::HostTensor o;
+  const absl::Time start = absl::Now();
+  auto st = s->Download(v1::TENSOR_O, &o, Awaiting(job->job_id(), client::TransferPath::kGrpc))
+                .status();
+  const double took = absl::ToDoubleSeconds(absl::Now() - start);
+  // Each worker's own outcome: the one whose wait ran out fails DEADLINE_EXCEEDED; the other is
+  // cancelled by the coordinator then, while it waits for V too.
+  EXPECT_TRUE(st.code() == absl::StatusCode::kDeadlineExceeded ||
+              st.code() == absl::StatusCode::kCancelled)
+      << st;
+  EXPECT_NE(st.message().find(absl::StrCat("ended ", absl::StatusCodeToString(st.code()),
+                                           " before TENSOR_O rows [")),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("TENSOR_V rows"), std::string::npos) << st;
+  EXPECT_LT(took, kStepTimeoutS + 3.0);
+  auto done = s->Watch(job->job_id(), nullptr);
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kDeadlineExceeded) << done.status();
+  // A kind the job does not make is refused at once, naming it.
+  auto next = s->Submit(v1::JOB_FORWARD, true, true);
+  ASSERT_TRUE(next.ok()) << next.status();
+  client::HostTensor dq;
+  auto wrong =
+      s->Download(v1::TENSOR_DQ, &dq, Awaiting(next->job_id(), client::TransferPath::kGrpc));
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("TENSOR_DQ is not an output of await_job_id"),
+            std::string::npos)
+      << wrong.status();
+  ASSERT_TRUE(client_->CancelJob(next->job_id()).ok());
+  (void)s->Watch(next->job_id(), nullptr);
+}
+
+// A download waiting on a job whose client goes away: the worker ends it and keeps serving
+// (the job, that session and others).
+TEST_F(StreamingOutputsTest, AWaitingDownloadWhoseClientGoesAwayLeavesTheWorkerServing) {
+  const auto spec = MakeSpec(1, 128, 2, 2, 16, /*causal=*/true);
+  const TrainingInputs in = RandomInputs(spec, 35);
+  auto s = NewSession(spec);
+  ASSERT_NE(s, nullptr);
+  auto job = s->Submit(v1::JOB_FORWARD, true, true);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const v1::ShardPlacement& shard = s->info().shards(0);
+  auto channel = grpc::CreateChannel(shard.address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Worker::NewStub(channel);
+  constexpr int kGone = 4;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::thread> readers;
+  std::atomic<int> ended{0};
+  for (int i = 0; i < kGone; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    grpc::ClientContext* ctx = contexts.back().get();
+    ctx->AddMetadata(kSessionCapabilityMetadata, s->capability());
+    readers.emplace_back([&, ctx] {
+      v1::DownloadRequest req;
+      req.set_session_id(s->id());
+      req.set_client_id(client_->client_id());
+      req.set_kind(v1::TENSOR_O);
+      req.set_await_job_id(job->job_id());
+      req.set_await_timeout_ms(60'000);
+      auto reader = stub->Download(ctx, req);
+      v1::TensorChunk chunk;
+      while (reader->Read(&chunk)) {
+      }
+      (void)reader->Finish();
+      ++ended;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  for (auto& ctx : contexts) ctx->TryCancel();  // the client goes away
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(ended.load(), kGone);
+  // The job completes once its inputs come, its outputs downloadable as usual, and another
+  // session runs on the same workers.
+  ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
+                  .ok());
+  auto done = s->Watch(job->job_id(), nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  client::HostTensor o;
+  EXPECT_TRUE(s->Download(v1::TENSOR_O, &o).ok());
+  const RunResult other = RunTraining(client_.get(), spec, 2, "", in);
+  ExpectMatchesReference(spec, in, other);
+}
+
+// AttentionJob (the default stream_inputs and stream_outputs): forward and backward through
+// awaited downloads, over both paths, equal the reference.
+TEST_F(StreamingOutputsTest, AttentionJobStreamsItsOutputsAndMatchesTheReference) {
+  const auto spec = MakeSpec(1, 1024, 4, 1, 16, /*causal=*/true);
+  const TrainingInputs in = RandomInputs(spec, 36);
+  for (client::TransferPath path :
+       {client::TransferPath::kGrpc, client::TransferPath::kSharedMemory}) {
+    SCOPED_TRACE(path == client::TransferPath::kGrpc ? "grpc" : "shm");
+    client::AttentionJobOptions o;
+    o.session.spec = spec;
+    o.session.num_workers = 2;
+    o.transfer.path = path;
+    o.max_retries = 0;
+    ASSERT_TRUE(o.stream_outputs);  // the default
+    int states = 0;
+    o.observer = [&](const v1::Job&) { ++states; };
+    client::AttentionJob job(client_.get(), o);
+    RunResult r;
+    auto fwd = job.Forward(in.q, in.k, in.v, &r.forward);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    r.fwd = std::move(*fwd);
+    auto bwd = job.Backward(in.dout, &r.backward);
+    ASSERT_TRUE(bwd.ok()) << bwd.status();
+    r.bwd = std::move(*bwd);
+    ExpectMatchesReference(spec, in, r);
+    EXPECT_GE(states, 2);  // the watch reports more than the final state
+  }
+}
+
+}  // namespace
+}  // namespace dfa::testing
