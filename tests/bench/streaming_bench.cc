@@ -1,11 +1,13 @@
 // dfa-streaming-bench: one attention layer (forward + backward from host tensors through
-// AttentionJob) on a local cluster, its inputs uploaded before the job (serial) or while it
-// starts (streaming: SubmitJob with inputs_streaming, docs/worker.md "Streaming inputs"), over
-// gRPC chunks and shared memory. Prints the median wall time of Forward (upload Q, K, V + job
-// + download O, LSE) and Backward (upload dO + job + download dQ, dK, dV) per mode and path,
-// and the upload alone (Session::Upload of Q, K, V) beside them, and how far the streamed O and
-// dQ, dK, dV are from the serial ones (max abs; the same plan: expected 0). A figure, not a
-// test: nothing is asserted.
+// AttentionJob) on a local cluster, in three modes: serial (inputs uploaded before the job,
+// outputs downloaded after it), inputs (uploaded while it starts: SubmitJob with
+// inputs_streaming, docs/worker.md "Streaming inputs"; outputs after it) and in+out (outputs
+// downloaded while it runs as well: outputs_streaming and awaited downloads, "Streaming
+// outputs"), over gRPC chunks and shared memory. Prints the median wall time of Forward (upload
+// Q, K, V + job + download O, LSE) and Backward (upload dO + job + download dQ, dK, dV) per mode
+// and path, the upload alone (Session::Upload of Q, K, V) beside them, and how far each
+// streamed mode's O and dQ, dK, dV are from the serial ones (max abs; the same plan: expected
+// 0). A figure, not a test: nothing is asserted.
 //
 // usage: dfa-streaming-bench [seq=4096] [q_heads=8] [kv_heads=8] [head_dim=64] [repeats=3]
 //                            [backend=cpu] [workers=2] [threads=1]
@@ -111,13 +113,20 @@ int Main(int argc, char** argv) {
     (void)(*probe)->Release();
     client::ForwardOutputs serial_fwd;
     client::BackwardOutputs serial_bwd;
-    for (bool streaming : {false, true}) {
+    struct Mode {
+      const char* name;
+      bool inputs, outputs;
+    };
+    for (const Mode& mode : {Mode{"serial", false, false}, Mode{"inputs", true, false},
+                             Mode{"in+out", true, true}}) {
+      const bool streaming = mode.inputs;
       client::AttentionJobOptions o;
       o.session.spec = spec;
       o.session.num_workers = workers;
       o.transfer.path = path;
       o.max_retries = 0;
-      o.stream_inputs = streaming;
+      o.stream_inputs = mode.inputs;
+      o.stream_outputs = mode.outputs;
       client::AttentionJob job(c->get(), o);
       std::vector<double> fwd, bwd;
       char diff[160] = "";
@@ -142,7 +151,8 @@ int Main(int argc, char** argv) {
             serial_bwd = std::move(*b);
           } else {
             std::snprintf(diff, sizeof(diff),
-                        "      streamed vs serial, max abs: O %.3g, dQ %.3g, dK %.3g, dV %.3g\n",
+                        "      %s vs serial, max abs: O %.3g, dQ %.3g, dK %.3g, dV %.3g\n",
+                        mode.name,
                         MaxAbsDiff(f->o, serial_fwd.o),
                         MaxAbsDiff(b->dq, serial_bwd.dq),
                         MaxAbsDiff(b->dk, serial_bwd.dk),
@@ -155,7 +165,7 @@ int Main(int argc, char** argv) {
       }
       std::printf("%-5s %-10s %12.1f %12.1f %12.1f %12.1f\n",
                   path == client::TransferPath::kGrpc ? "grpc" : "shm",
-                  streaming ? "streaming" : "serial", Median(up), Median(fwd), Median(bwd),
+                  mode.name, Median(up), Median(fwd), Median(bwd),
                   Median(fwd) + Median(bwd));
       std::fputs(diff, stdout);
     }
