@@ -49,6 +49,10 @@ absl::StatusOr<SessionPlan> MakeSessionPlan(const v1::AttentionSpec& spec,
     return absl::InternalError(absl::StrCat("planner made an invalid ", request.schedule,
                                             " plan: ", report.status().message()));
   }
+  if (!plan->rank_workers.empty()) {  // (never: session_shape is not set; plan.h "Virtual ranks")
+    return absl::InternalError(absl::StrCat("planner made a ", request.schedule,
+                                            " plan with virtual ranks, which sessions cannot run"));
+  }
   SessionPlan out;
   PlanToProto(*plan, &out.plan);
   for (int r = 0; r < plan->num_workers(); ++r) {

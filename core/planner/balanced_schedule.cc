@@ -352,6 +352,32 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
     }
     if (!true_time && score.balance <= kBalanceTarget) break;
   }
+  // Shared heads (shared_heads_schedule.cc): groups of whole heads plus the rest of the heads
+  // split by sequence over every worker, a worker running one rank of each (plan.h "Virtual
+  // ranks"). Profile "cpu": when still nothing is within kBalanceTarget; "gpu": always. The
+  // splits with the least estimated wire time per worker are planned first, kSharedHeadsTried
+  // of them at most; kept where the model says they are better.
+  if (true_time || best_score.balance > kBalanceTarget) {
+    constexpr size_t kSharedHeadsTried = 3;
+    std::vector<std::pair<double, SharedHeadsSplit>> splits;
+    for (SharedHeadsSplit& split : SharedHeadsSplits(heads)) {
+      const double ratio = SharedHeadsWireRatio(heads, split, params.flops_per_second,
+                                                params.bandwidth_bytes_per_second);
+      splits.emplace_back(ratio, std::move(split));
+    }
+    std::stable_sort(splits.begin(), splits.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < std::min(splits.size(), kSharedHeadsTried); ++i) {
+      Plan plan = MakeSharedHeadsPlan(heads, splits[i].second);
+      if (plan.workers.empty()) continue;
+      const Score score = Evaluate(plan, params, true_time);
+      if (Better(score, best_score, true_time)) {
+        best = std::move(plan);
+        best_score = score;
+      }
+      if (!true_time && best_score.balance <= kBalanceTarget) break;
+    }
+  }
   return best;
 }
 

@@ -18,22 +18,28 @@ struct Message {
 
 PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<double>& speeds,
                       bool fwd) {
+  // Ranks (plan.h "Virtual ranks"; = workers without rank_workers) run the steps; workers hold
+  // the speeds and the links. Without rank_workers every worker runs one rank, share 1.
   const int P = plan.num_workers();
-  const double unit = std::pow(static_cast<double>(plan.seq_len) / P, 2);
+  const int W = plan.physical_workers();
+  auto host = [&](int r) { return plan.WorkerOfRank(r); };
+  const double unit = std::pow(static_cast<double>(plan.seq_len) / W, 2);
   const UnitPairs pairs_of(plan);
-  // Each worker's figures at its own heads (plan.h "Head groups"; all heads without a range).
+  // Each rank's figures at its own heads (plan.h "Head groups"; all heads without a range).
   std::vector<AttentionShape> local(P);
   for (int w = 0; w < P; ++w) local[w] = LocalShape(p.shape, plan.workers[w]);
   size_t steps = 0;
   for (const WorkerPlan& w : plan.workers) steps = std::max(steps, (fwd ? w.forward : w.backward).size());
   PassCost cost;
   cost.steps = static_cast<int>(steps);
-  cost.workers.resize(P);
+  cost.workers.resize(W);
   double total_compute = 0, total_speed = 0, compute_bound = 0;
-  // compute[w][t]: seconds of step t's computes on worker w.
-  std::vector<std::vector<double>> compute(P, std::vector<double>(steps, 0));
+  for (int w = 0; w < W; ++w) total_speed += speeds[w];
+  // pure[r][t]: seconds of rank r's step-t FLOPs at speed 1; extra[r][t]: its per-op and merge
+  // seconds (not scaled by speed).
+  std::vector<std::vector<double>> pure(P, std::vector<double>(steps, 0)), extra = pure;
+  std::vector<double> worker_pure(W, 0), worker_extra(W, 0);
   for (int w = 0; w < P; ++w) {
-    total_speed += speeds[w];
     const auto& pass = fwd ? plan.workers[w].forward : plan.workers[w].backward;
     const AttentionShape& s = local[w];
     const double flops_per_pair = 4.0 * s.batch * s.q_heads * s.head_dim * (fwd ? 1.0 : 2.5);
@@ -50,52 +56,66 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
       merge_per_q_row = 2 * q_bytes / p.memory_bandwidth_bytes_per_second;
       merge_per_kv_row = 2 * kv_bytes / p.memory_bandwidth_bytes_per_second;
     }
-    double busy = 0;
+    WorkerCost& wc = cost.workers[host(w)];
     for (size_t t = 0; t < pass.size(); ++t) {
       for (const ComputeOp& c : pass[t].computes) {
         const double pairs = pairs_of(c.q_rows, c.kv_rows);
         const double seconds = pairs * flops_per_pair / p.flops_per_second;
         total_compute += seconds;
-        compute[w][t] += seconds / speeds[w] + p.op_overhead_seconds +
-                         merge_per_q_row * static_cast<double>(c.q_rows.size()) +
-                         merge_per_kv_row * static_cast<double>(c.kv_rows.size());
-        cost.workers[w].work_units += pairs * head_share / unit;
-        ++cost.workers[w].compute_ops;
+        pure[w][t] += seconds;
+        extra[w][t] += p.op_overhead_seconds +
+                       merge_per_q_row * static_cast<double>(c.q_rows.size()) +
+                       merge_per_kv_row * static_cast<double>(c.kv_rows.size());
+        wc.work_units += pairs * head_share / unit;
+        ++wc.compute_ops;
       }
-      busy += compute[w][t];
+      worker_pure[host(w)] += pure[w][t];
+      worker_extra[host(w)] += extra[w][t];
     }
-    compute_bound = std::max(compute_bound, busy);
+  }
+  // A worker runs its ranks in lock-step: its step t is the step-t computes of all its ranks,
+  // one after another. compute[w][t]: seconds of worker w's step t.
+  std::vector<std::vector<double>> compute(W, std::vector<double>(steps, 0));
+  for (int r = 0; r < P; ++r) {
+    for (size_t t = 0; t < steps; ++t) {
+      compute[host(r)][t] += pure[r][t] / speeds[host(r)] + extra[r][t];
+    }
+  }
+  for (int w = 0; w < W; ++w) {
+    compute_bound = std::max(compute_bound, worker_pure[w] / speeds[w] + worker_extra[w]);
   }
   cost.ideal_seconds = total_compute / total_speed;
 
-  std::vector<double> start_prev(P, 0), end_prev(P, 0);  // step t-1's compute start / end
-  std::vector<double> out_free(P, 0), in_free(P, 0);
-  // When the partials of the previous step are done on each worker (waited for before this step).
-  std::vector<double> partials_done(P, 0);
-  // Runs `msgs` over the links in posting order; returns when each worker's share is done, and
-  // (by_target) when each worker's messages for each step are.
+  // Per worker: step t-1's compute start / end, its two links, and when the partials of the
+  // previous step are done (waited for before this step).
+  std::vector<double> start_prev(W, 0), end_prev(W, 0);
+  std::vector<double> out_free(W, 0), in_free(W, 0);
+  std::vector<double> partials_done(W, 0);
+  // Runs `msgs` (between ranks) over their workers' links in posting order; returns when each
+  // worker's share is done, and (by_target) when each worker's messages for each step are.
   auto transmit = [&](std::vector<Message>& msgs, std::vector<std::vector<double>>* by_target) {
     std::sort(msgs.begin(), msgs.end(), [](const Message& a, const Message& b) {
       return std::max(a.post_send, a.post_recv) < std::max(b.post_send, b.post_recv);
     });
-    std::vector<double> ready(P, 0);
+    std::vector<double> ready(W, 0);
     for (const Message& m : msgs) {
+      const int from = host(m.from), to = host(m.to);
       double begin = std::max(m.post_send, m.post_recv);
       double done = begin;
       if (p.bandwidth_bytes_per_second > 0) {
         const double wire = static_cast<double>(m.bytes) / p.bandwidth_bytes_per_second;
-        begin = std::max({begin, out_free[m.from], in_free[m.to]});
+        begin = std::max({begin, out_free[from], in_free[to]});
         done = begin + p.latency_seconds + wire;
-        out_free[m.from] = in_free[m.to] = begin + wire;
+        out_free[from] = in_free[to] = begin + wire;
       }
-      ready[m.from] = std::max(ready[m.from], done);
-      ready[m.to] = std::max(ready[m.to], done);
+      ready[from] = std::max(ready[from], done);
+      ready[to] = std::max(ready[to], done);
       if (by_target != nullptr) {
-        (*by_target)[m.target][m.from] = std::max((*by_target)[m.target][m.from], done);
-        (*by_target)[m.target][m.to] = std::max((*by_target)[m.target][m.to], done);
+        (*by_target)[m.target][from] = std::max((*by_target)[m.target][from], done);
+        (*by_target)[m.target][to] = std::max((*by_target)[m.target][to], done);
       }
-      cost.workers[m.from].bytes_sent += m.bytes;
-      cost.workers[m.to].bytes_received += m.bytes;
+      cost.workers[from].bytes_sent += m.bytes;
+      cost.workers[to].bytes_received += m.bytes;
     }
     return ready;
   };
@@ -118,7 +138,7 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
     }
   }
   // arrive[t][w]: when worker w's non-partial messages for step t are done.
-  std::vector<std::vector<double>> arrive(steps, std::vector<double>(P, 0));
+  std::vector<std::vector<double>> arrive(steps, std::vector<double>(W, 0));
   for (size_t t = 0; t < steps; ++t) {
     // Messages posted at step t-1's compute start (non-partials for step t, and for later steps
     // by their lead); partials of step t (sends and recvs, one later group) at step t-1's end;
@@ -126,8 +146,8 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
     // step t's compute.
     std::vector<Message> early, late;
     for (const Posted& m : bucket[t]) {
-      early.push_back({m.from, m.x->peer, t == 0 ? 0 : start_prev[m.from],
-                       t == 0 ? 0 : start_prev[m.x->peer],
+      early.push_back({m.from, m.x->peer, t == 0 ? 0 : start_prev[host(m.from)],
+                       t == 0 ? 0 : start_prev[host(m.x->peer)],
                        TransferBytes(local[m.from], m.x->tensor, m.x->rows.size()), m.target});
     }
     for (int w = 0; w < P; ++w) {
@@ -136,13 +156,13 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
       for (const Transfer& x : pass[t].sends) {
         if (!IsPartial(x.tensor)) continue;
         const int64_t bytes = TransferBytes(local[w], x.tensor, x.rows.size());
-        late.push_back({w, x.peer, t == 0 ? 0 : end_prev[w], t == 0 ? 0 : end_prev[x.peer], bytes,
-                        static_cast<int>(t)});
+        late.push_back({w, x.peer, t == 0 ? 0 : end_prev[host(w)],
+                        t == 0 ? 0 : end_prev[host(x.peer)], bytes, static_cast<int>(t)});
       }
     }
     (void)transmit(early, &arrive);
     const std::vector<double> late_done = transmit(late, nullptr);
-    for (int w = 0; w < P; ++w) {
+    for (int w = 0; w < W; ++w) {
       WorkerCost& wc = cost.workers[w];
       const double start = std::max({end_prev[w], arrive[t][w], partials_done[w]});
       const double idle = start - end_prev[w];
@@ -157,7 +177,7 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
     partials_done = late_done;
   }
   // The last step's partials are merged at the end of the pass.
-  for (int w = 0; w < P; ++w) {
+  for (int w = 0; w < W; ++w) {
     WorkerCost& wc = cost.workers[w];
     if (partials_done[w] > wc.end_seconds) {
       wc.idle_seconds += partials_done[w] - wc.end_seconds;
@@ -182,10 +202,10 @@ PassCost EstimatePass(const Plan& plan, const CostParams& p, const std::vector<d
 
 absl::StatusOr<PlanCost> EstimateCost(const Plan& plan, const CostParams& params) {
   std::vector<double> speeds = params.speeds;
-  if (speeds.empty()) speeds.assign(plan.num_workers(), 1.0);
-  if (static_cast<int>(speeds.size()) != plan.num_workers()) {
+  if (speeds.empty()) speeds.assign(plan.physical_workers(), 1.0);
+  if (static_cast<int>(speeds.size()) != plan.physical_workers()) {
     return absl::InvalidArgumentError(absl::StrCat("speeds: ", speeds.size(), " values for ",
-                                                   plan.num_workers(), " workers"));
+                                                   plan.physical_workers(), " workers"));
   }
   for (size_t i = 0; i < speeds.size(); ++i) {
     if (!(speeds[i] > 0) || !std::isfinite(speeds[i])) {

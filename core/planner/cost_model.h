@@ -24,6 +24,12 @@
 // Head groups (plan.h): a worker with a kv head range is costed at its LocalShape (FLOPs per
 // pair, merge traffic, bytes of its messages); work_units still count all heads' pairs, so a
 // worker holding half the heads of a full unit does 0.5 of it.
+// Virtual ranks (plan.h): a worker runs its ranks in lock-step: its step t is the step-t
+// computes of all its ranks, one after another, starting when the step-t messages of all of
+// them are done (and the step t-1 partials); their messages are posted at the worker's step
+// times and share its two links. So a rank's messages travel while the worker computes another
+// rank's share of the step (whole heads hiding a shared plan's K/V). WorkerCost is per worker
+// (work units, ops and bytes summed over its ranks); a unit is (S / workers)^2.
 // Makespan: when the last worker ends its last step. Ideal: total compute seconds of all units
 // at total speed (sum of speeds), i.e. perfect balance with free communication.
 #pragma once
@@ -39,7 +45,7 @@ namespace dfa {
 
 struct CostParams {
   AttentionShape shape;
-  std::vector<double> speeds;          // relative; empty: all 1
+  std::vector<double> speeds;          // relative, one per worker (plan.h); empty: all 1
   double flops_per_second = 400e12;    // one worker at speed 1
   double bandwidth_bytes_per_second = 300e9;  // per link and direction; 0: free communication
   double latency_seconds = 20e-6;      // per message

@@ -41,6 +41,17 @@
 // only its heads, so the executor runs its part with the local head counts
 // (LocalShape below). Schedule "heads" (planner.h) makes such plans (Ulysses-style head
 // parallelism; hybrid head groups x sequence plans when P > groups).
+//
+// Virtual ranks. With Plan::rank_workers set, each entry of Plan::workers is a *rank*: a
+// complete WorkerPlan of its own (owned rows, head range, steps; peers in transfers are ranks),
+// and rank r runs on worker rank_workers[r]. A worker may run several ranks, e.g. whole heads
+// over all rows (no traffic) and a share of the remaining heads split by sequence over all
+// workers, whose traffic the whole heads' compute hides ("balanced" with session_shape,
+// docs/planner.md "Shared heads"). Everything above holds per rank (CheckPlan proves each head
+// group exact); a worker runs its ranks concurrently (the cost model: processor sharing on one
+// device, one pair of links, cost_model.h); the simulator runs each rank as its own executor.
+// Empty (the default): rank r is worker r. Sessions run one rank per worker: dfa.v1.Plan does
+// not carry the map and MakeSessionPlan refuses a plan that has one.
 #pragma once
 
 #include <cstdint>
@@ -141,8 +152,15 @@ struct Plan {
   // Default: no documents, no window (a dense plan: kFull / kCausal). A masked plan computes
   // only units with visible pairs; CheckPlan proves it exact under Mask().
   MaskSpec mask_spec = {};
+  // Virtual ranks (see above): the worker that runs rank r; empty = rank r is worker r.
+  std::vector<int> rank_workers;
 
+  // Ranks (= workers without rank_workers).
   int num_workers() const { return static_cast<int>(workers.size()); }
+  // The workers the ranks run on: 1 + the largest rank_workers entry, or num_workers().
+  int physical_workers() const;
+  // The worker rank r runs on.
+  int WorkerOfRank(int r) const { return rank_workers.empty() ? r : rank_workers[r]; }
   // The whole mask: mask_spec with causal = `causal`.
   MaskSpec Mask() const;
   // No documents and no window (what a MaskKind of kFull / kCausal describes exactly).

@@ -451,11 +451,40 @@ absl::StatusOr<int64_t> CheckWorker(const Plan& plan, int w, bool fwd, const Att
   return peak;
 }
 
+// Virtual ranks (plan.h): one worker per rank, every worker in [0, W) running at least one.
+absl::Status CheckRankWorkers(const Plan& plan) {
+  if (plan.rank_workers.empty()) return absl::OkStatus();
+  if (plan.rank_workers.size() != plan.workers.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank_workers: ", plan.rank_workers.size(), " entries for ", plan.workers.size(),
+        " ranks (one per rank, or none)"));
+  }
+  for (size_t r = 0; r < plan.rank_workers.size(); ++r) {
+    const int w = plan.rank_workers[r];
+    if (w < 0 || w >= plan.num_workers()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank_workers[", r, "] = ", w, ": must be in [0, ", plan.num_workers(), ")"));
+    }
+  }
+  const int W = plan.physical_workers();
+  std::vector<int> ranks_on(W, 0);
+  for (int w : plan.rank_workers) ++ranks_on[w];
+  for (int w = 0; w < W; ++w) {
+    if (ranks_on[w] == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank_workers: worker ", w, " runs no rank (workers must be 0..", W - 1, ", each with one "
+          "rank or more)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CheckReport> CheckPlan(const Plan& plan, const CheckOptions& options) {
   if (plan.num_workers() < 1) return absl::FailedPreconditionError("plan has no workers");
   if (plan.seq_len < 1) return absl::FailedPreconditionError("plan seq_len must be >= 1");
+  RETURN_IF_ERROR(CheckRankWorkers(plan));
   ASSIGN_OR_RETURN(const std::vector<Group> groups, HeadGroups(plan, options.shape.kv_heads));
   for (const Group& g : groups) RETURN_IF_ERROR(GroupFail(g, CheckOwnership(plan, g)));
   CheckReport report;

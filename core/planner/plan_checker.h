@@ -18,6 +18,9 @@
 //    from the step before its receive step, when the executor posts the receive, to its last
 //    use; a partial from its first compute to its send step),
 //    bounded by `max_buffer_bytes` when given.
+//  - virtual ranks (plan.h): rank_workers, when set, has one entry per rank and maps the ranks
+//    onto workers 0..W-1, each running at least one; every check above is per rank ("worker" in
+//    the messages and the report is the rank).
 // Errors: FAILED_PRECONDITION naming the worker, pass, step and what is wrong.
 #pragma once
 

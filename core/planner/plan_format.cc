@@ -32,6 +32,43 @@ std::string HeadsJson(const WorkerPlan& w) {
   return absl::StrCat(",\"kv_heads\":[", w.kv_heads.begin, ",", w.kv_heads.end, "]");
 }
 
+// The kv head ranges of the ranks worker `w` runs (plan.h "Virtual ranks"), as text
+// ("[0,5) [30,32)") and as JSON ("kv_heads_of_ranks":[[0,5],[30,32]]).
+std::vector<const WorkerPlan*> RanksOf(const Plan& plan, size_t w) {
+  std::vector<const WorkerPlan*> out;
+  for (int r = 0; r < plan.num_workers(); ++r) {
+    if (plan.WorkerOfRank(r) == static_cast<int>(w)) out.push_back(&plan.workers[r]);
+  }
+  return out;
+}
+std::string WorkerHeadsText(const Plan& plan, size_t w) {
+  std::vector<std::string> parts;
+  for (const WorkerPlan* r : RanksOf(plan, w)) {
+    parts.push_back(absl::StrCat("[", r->kv_heads.begin, ",", r->kv_heads.end, ")"));
+  }
+  return absl::StrCat("  ", absl::StrJoin(parts, " "));
+}
+std::string WorkerHeadsJson(const Plan& plan, size_t w) {
+  if (plan.rank_workers.empty()) {
+    return w < plan.workers.size() ? HeadsJson(plan.workers[w]) : std::string();
+  }
+  std::vector<std::string> parts;
+  for (const WorkerPlan* r : RanksOf(plan, w)) {
+    parts.push_back(absl::StrCat("[", r->kv_heads.begin, ",", r->kv_heads.end, "]"));
+  }
+  return absl::StrCat(",\"kv_heads_of_ranks\":[", absl::StrJoin(parts, ","), "]");
+}
+
+// Peak buffer bytes of worker w: CheckReport's figure of its rank, or the sum over its ranks.
+int64_t WorkerPeak(const Plan& plan, const std::vector<int64_t>& peak, size_t w) {
+  if (plan.rank_workers.empty()) return w < peak.size() ? peak[w] : 0;
+  int64_t sum = 0;
+  for (int r = 0; r < plan.num_workers() && static_cast<size_t>(r) < peak.size(); ++r) {
+    if (plan.WorkerOfRank(r) == static_cast<int>(w)) sum += peak[r];
+  }
+  return sum;
+}
+
 std::string PassTable(const char* name, const PassCost& c, const std::vector<int64_t>& peak,
                       const Plan& plan) {
   const bool heads = HasHeadRanges(plan);
@@ -46,17 +83,13 @@ std::string PassTable(const char* name, const PassCost& c, const std::vector<int
   for (size_t w = 0; w < c.workers.size(); ++w) {
     const WorkerCost& wc = c.workers[w];
     const double total = wc.busy_seconds + wc.idle_seconds;
-    std::string head_range;
-    if (heads && w < plan.workers.size()) {
-      const HeadRange& h = plan.workers[w].kv_heads;
-      head_range = absl::StrCat("  [", h.begin, ",", h.end, ")");
-    }
+    const std::string head_range = heads ? WorkerHeadsText(plan, w) : std::string();
     absl::StrAppend(&out, absl::StrFormat("  %6d %10.4g %10.4g %8.3f %6d %7.2f%% %14d %14d %12d%s\n",
                                           static_cast<int>(w), wc.busy_seconds, wc.idle_seconds,
                                           wc.work_units, wc.compute_ops,
                                           total > 0 ? 100 * wc.idle_seconds / total : 0.0,
                                           wc.bytes_sent, wc.bytes_received,
-                                          w < peak.size() ? peak[w] : 0, head_range));
+                                          WorkerPeak(plan, peak, w), head_range));
   }
   return out;
 }
@@ -71,8 +104,8 @@ std::string PassJson(const PassCost& c, const std::vector<int64_t>& peak, const 
         "\"compute_ops\":%d,\"bytes_sent\":%d,\"bytes_received\":%d,\"peak_buffer_bytes\":%d%s}",
         static_cast<int>(w), wc.busy_seconds, wc.idle_seconds, wc.work_units, wc.compute_ops,
         wc.bytes_sent,
-        wc.bytes_received, w < peak.size() ? peak[w] : 0,
-        heads && w < plan.workers.size() ? HeadsJson(plan.workers[w]) : std::string()));
+        wc.bytes_received, WorkerPeak(plan, peak, w),
+        heads ? WorkerHeadsJson(plan, w) : std::string()));
   }
   return absl::StrFormat(
       "{\"steps\":%d,\"makespan_seconds\":%.9g,\"ideal_seconds\":%.9g,\"makespan_ratio\":%.9g,"
@@ -151,7 +184,10 @@ std::string FormatSteps(const Plan& plan, bool backward) {
     const WorkerPlan& wp = plan.workers[w];
     std::vector<std::string> owned;
     for (const RowRange& r : wp.owned) owned.push_back(R(r));
-    absl::StrAppend(&out, "worker ", w, " owns ", absl::StrJoin(owned, " "),
+    if (!plan.rank_workers.empty()) {
+      absl::StrAppend(&out, "rank ", w, " on ");
+    }
+    absl::StrAppend(&out, "worker ", plan.WorkerOfRank(w), " owns ", absl::StrJoin(owned, " "),
                     wp.kv_heads.empty() ? std::string() : HeadsText(wp), "\n");
     const auto& pass = backward ? wp.backward : wp.forward;
     for (size_t t = 0; t < pass.size(); ++t) {
@@ -169,8 +205,12 @@ std::string FormatSteps(const Plan& plan, bool backward) {
 }
 
 std::string FormatCost(const Plan& plan, const PlanCost& cost, const CheckReport& check) {
-  std::string out = absl::StrCat("schedule ", plan.schedule, ", ", plan.num_workers(),
-                                 " workers, seq_len ", plan.seq_len,
+  std::string out = absl::StrCat("schedule ", plan.schedule, ", ", plan.physical_workers(),
+                                 " workers",
+                                 plan.rank_workers.empty()
+                                     ? std::string()
+                                     : absl::StrCat(" (", plan.num_workers(), " ranks)"),
+                                 ", seq_len ", plan.seq_len,
                                  MaskText(plan), "; CheckPlan: OK\n");
   absl::StrAppend(&out, PassTable("forward", cost.forward, check.peak_forward_bytes, plan));
   absl::StrAppend(&out, PassTable("backward", cost.backward, check.peak_backward_bytes, plan));
@@ -184,7 +224,7 @@ std::string FormatJson(const Plan& plan, const PlanCost& cost, const CheckReport
       "\"compute_makespan_ratio\":%.9g,\"backward_makespan_ratio\":%.9g,\"max_peak_buffer_bytes\":%d,"
       "\"forward\":%s,\"backward\":%s",
       profile.empty() ? std::string() : absl::StrCat("\"profile\":\"", profile, "\","),
-      plan.schedule, plan.num_workers(), plan.seq_len, plan.causal ? "true" : "false",
+      plan.schedule, plan.physical_workers(), plan.seq_len, plan.causal ? "true" : "false",
       cost.forward.makespan_ratio, cost.forward.compute_makespan_ratio,
       cost.backward.makespan_ratio, check.max_peak_bytes,
       PassJson(cost.forward, check.peak_forward_bytes, plan),
@@ -192,10 +232,15 @@ std::string FormatJson(const Plan& plan, const PlanCost& cost, const CheckReport
   absl::StrAppend(&out, MaskJson(plan));
   if (with_steps) {
     std::vector<std::string> ws;
-    for (const WorkerPlan& w : plan.workers) {
+    for (int r = 0; r < plan.num_workers(); ++r) {
+      const WorkerPlan& w = plan.workers[r];
       std::vector<std::string> owned;
       for (const RowRange& r : w.owned) owned.push_back(absl::StrCat("[", r.begin, ",", r.end, "]"));
-      ws.push_back(absl::StrCat("{\"owned\":[", absl::StrJoin(owned, ","), "]",
+      ws.push_back(absl::StrCat("{",
+                                plan.rank_workers.empty()
+                                    ? std::string()
+                                    : absl::StrCat("\"worker\":", plan.WorkerOfRank(r), ","),
+                                "\"owned\":[", absl::StrJoin(owned, ","), "]",
                                 w.kv_heads.empty() ? std::string() : HeadsJson(w), ",\"forward\":",
                                 StepsJson(w.forward), ",\"backward\":", StepsJson(w.backward), "}"));
     }

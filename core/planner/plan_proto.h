@@ -7,6 +7,8 @@
 
 namespace dfa {
 
+// dfa.v1.Plan has no rank map (plan.h "Virtual ranks"): a plan with rank_workers set converts
+// rank by rank, as if every rank were a worker; MakeSessionPlan never sends one.
 void PlanToProto(const Plan& plan, v1::Plan* out);
 // INVALID_ARGUMENT naming the field for an unknown tensor kind, a negative peer or an
 // inverted row range. Does not run CheckPlan (do that before executing a received plan).

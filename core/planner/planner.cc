@@ -32,6 +32,11 @@ MaskSpec Plan::Mask() const {
   return m;
 }
 
+int Plan::physical_workers() const {
+  if (rank_workers.empty()) return num_workers();
+  return 1 + *std::max_element(rank_workers.begin(), rank_workers.end());
+}
+
 bool Plan::dense() const {
   for (const std::vector<int64_t>& row : mask_spec.doc_offsets) {
     if (row.size() > 2) return false;

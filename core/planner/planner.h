@@ -197,6 +197,39 @@ double HeadGroupsLoad(const PlanRequest& request, const HeadGroupSplit& groups);
 // plan of its local shape (request.shape cut to its heads, profile and speeds of its members);
 // groups with the same head count and member speeds share one search. Schedule "heads".
 Plan MakeHeadsPlan(const PlanRequest& request, const HeadGroupSplit& groups);
+// Shared heads (shared_heads_schedule.cc; plan.h "Virtual ranks"): whole-head groups
+// (`groups`: members are workers, group i the kv heads after those of the groups before it)
+// plus the remaining heads in `shared` groups (the heads after the whole groups'), each worker
+// in at most one group of each kind, so it runs one or two ranks. A group of one worker holds its
+// heads over all rows; a larger whole group runs the "balanced" plan of its local shape, a shared
+// group the striped ring with one piece per worker whose K/V go straight from their owners, each
+// posted one step early (no piece waits on another's arrival: at small S the per-message
+// latency is not on a chain of hops).
+struct SharedHeadsSplit {
+  HeadGroupSplit groups;
+  HeadGroupSplit shared;
+};
+// The splits "balanced" tries (equal speeds only; none otherwise): for m = 1..min(P, 8), whole
+// groups of m consecutive workers with floor(m K / P) heads (and one fewer), the workers left
+// over a group of their own rounded-down share; the rest of the K kv heads shared by the workers
+// with work left, in 1..6 groups of >= 2 consecutive workers with heads by their work left,
+// where no worker's work exceeds its share (K / P heads) by more than 1%. No split without shared heads.
+std::vector<SharedHeadsSplit> SharedHeadsSplits(const PlanRequest& request);
+// A quick estimate, for ranking splits before planning them: the largest over workers of the
+// seconds its K/V receives take at `bandwidth_bytes_per_second` (each group: all rows but its
+// own share, at the group's heads) over its share of the dense compute at `flops_per_second`.
+double SharedHeadsWireRatio(const PlanRequest& request, const SharedHeadsSplit& split,
+                            double flops_per_second, double bandwidth_bytes_per_second);
+// The plan of `split` (schedule "balanced", Plan::rank_workers set; per worker its whole rank,
+// then its shared rank). A worker's work is its groups' heads by their members' speeds; each
+// sub-plan is made at its ranks' shares of their workers' speeds (so that it weighs its messages
+// against the compute they travel behind: cost_model.h "Virtual ranks"). A shorter part's steps
+// are spread over the longest part's (its computes cut over the steps between), and a one-worker
+// group's rank computes its heads in pieces of equal work per step (twice that in the forward's
+// first step and the backward's last, where the first K/V and the last partials travel). A plan
+// with no workers for an invalid split (a worker in two groups of a kind or in none, head
+// counts not summing to kv_heads, no shared group).
+Plan MakeSharedHeadsPlan(const PlanRequest& request, const SharedHeadsSplit& split);
 // The largest divisor g of request.workers with g <= request.shape.kv_heads (1: no split).
 int HeadGroupCount(const PlanRequest& request);
 // "auto": the cheaper of "balanced" and the head splits (see above); a head split on a tie.

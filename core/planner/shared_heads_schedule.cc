@@ -1,0 +1,406 @@
+// Shared heads (plan.h "Virtual ranks", docs/planner.md "Shared heads"): head groups of few
+// workers hold most kv heads over all rows, and the remaining heads are split by sequence over
+// the workers the groups leave capacity on, each worker running one rank of its group and one of
+// the shared plan. A group of m workers and h heads gives each member h/m heads of work; the
+// shared heads' plan gives each worker the rest of its share (K/P heads at equal speeds) as its
+// "speed" (its rank's share of the worker, cost_model.h), so every worker's work is its share
+// exactly, and the shared plan's messages travel while the groups' compute runs: at P = 6 and 32
+// heads each worker takes 5 whole heads (no traffic) and a sixth of the last 2.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "core/planner/cost_model.h"
+#include "core/planner/planner.h"
+
+namespace dfa {
+namespace {
+
+// Steps ahead that the shared plans post each K/V piece (DirectFromOwners).
+constexpr int kDirectLead = 1;
+// How far over its share a worker's work may be in a split (the shared heads dealt to groups).
+constexpr double kSharedLoadSlack = 0.01;
+
+// The request for one part: `workers` workers with `speeds` (its ranks' shares of their workers'
+// speeds), `kv_heads` heads of the request's shape, all rows, no head groups.
+PlanRequest PartRequest(const PlanRequest& r, int workers, int kv_heads,
+                        std::vector<double> speeds) {
+  PlanRequest sub = r;
+  sub.schedule = "balanced";
+  sub.session_shape = PlanRequest{}.session_shape;
+  sub.workers = workers;
+  sub.speeds = std::move(speeds);
+  const int q_per_kv = r.shape.q_heads / r.shape.kv_heads;
+  sub.shape.kv_heads = kv_heads;
+  sub.shape.q_heads = kv_heads * q_per_kv;
+  return sub;
+}
+
+// `plan` with every K/V piece a worker receives in the forward sent by the piece's owner
+// instead of forwarded along the ring, posted min(lead, t) steps early (Transfer::lead):
+// no piece waits on another's arrival, so a step's latency is never on a chain. Its backward is
+// derived afresh. A plan with no workers when a received piece is not within one owned range.
+Plan DirectFromOwners(Plan plan, int lead) {
+  const int P = plan.num_workers();
+  auto owner = [&](const RowRange& rows) {
+    for (int w = 0; w < P; ++w) {
+      for (const RowRange& o : plan.workers[w].owned) {
+        if (o.Contains(rows)) return w;
+      }
+    }
+    return -1;
+  };
+  for (WorkerPlan& w : plan.workers) {
+    w.backward.clear();
+    for (PlanStep& s : w.forward) {  // forwarded K/V sends dropped; the owners send instead
+      std::erase_if(s.sends, [&](const Transfer& x) { return x.tensor == PlanTensor::kKV; });
+    }
+  }
+  for (int i = 0; i < P; ++i) {
+    std::vector<PlanStep>& pass = plan.workers[i].forward;
+    for (size_t t = 0; t < pass.size(); ++t) {
+      for (Transfer& x : pass[t].recvs) {
+        if (x.tensor != PlanTensor::kKV) continue;
+        const int o = owner(x.rows);
+        if (o < 0 || o == i) return Plan{};
+        x.peer = o;
+        x.lead = std::min(lead, static_cast<int>(t));
+        plan.workers[o].forward[t].sends.push_back(Transfer{i, x.tensor, x.rows, x.lead});
+      }
+    }
+  }
+  for (WorkerPlan& w : plan.workers) {
+    for (PlanStep& s : w.forward) {
+      std::sort(s.sends.begin(), s.sends.end(), CanonicalTransferLess);
+      std::sort(s.recvs.begin(), s.recvs.end(), CanonicalTransferLess);
+    }
+  }
+  DeriveBackwardSteps(plan);
+  return plan;
+}
+
+}  // namespace
+
+std::vector<SharedHeadsSplit> SharedHeadsSplits(const PlanRequest& r) {
+  std::vector<SharedHeadsSplit> out;
+  const int P = r.workers, K = r.shape.kv_heads;
+  if (P < 2 || K < 2) return out;
+  for (double s : r.speeds) {
+    if (s != r.speeds[0]) return out;  // equal speeds only
+  }
+  const double share = static_cast<double>(K) / P;  // each worker's heads of work
+  for (int m = 1; m <= std::min(P, 8); ++m) {
+    const int h0 = static_cast<int>(static_cast<int64_t>(m) * K / P);
+    for (int h = h0; h >= std::max(1, h0 - 1); --h) {
+      HeadGroupSplit whole;
+      std::vector<double> rest(P, share);
+      int w = 0, heads = 0;
+      auto add = [&](int from, int to, int n) {
+        std::vector<int> members;
+        for (int k = from; k < to; ++k) {
+          members.push_back(k);
+          rest[k] -= static_cast<double>(n) / (to - from);
+        }
+        whole.members.push_back(std::move(members));
+        whole.kv_heads.push_back(n);
+        heads += n;
+      };
+      for (; w + m <= P; w += m) add(w, w + m, h);
+      if (w < P) {
+        const int h_left = std::max(0, static_cast<int>(int64_t{P - w} * K / P) - (h < h0 ? 1 : 0));
+        if (h_left > 0) add(w, P, h_left);
+      }
+      const int shared_heads = K - heads;
+      if (shared_heads < 1 || heads < 1) continue;  // pure head groups or no groups
+      std::vector<int> open;  // the workers with work left
+      for (int k = 0; k < P; ++k) {
+        if (rest[k] > 1e-9 * K) open.push_back(k);
+      }
+      // The shared heads over gs groups of consecutive open workers, heads by the groups' rest
+      // (largest remainder), kept where no worker's work exceeds its share by over 1%.
+      for (int gs = 1; gs <= std::min({shared_heads, static_cast<int>(open.size()), 6}); ++gs) {
+        SharedHeadsSplit split;
+        split.groups = whole;
+        std::vector<double> sum(gs, 0);
+        for (int j = 0; j < gs; ++j) {
+          const size_t from = open.size() * j / gs, to = open.size() * (j + 1) / gs;
+          split.shared.members.emplace_back(open.begin() + static_cast<long>(from),
+                                            open.begin() + static_cast<long>(to));
+          for (size_t k = from; k < to; ++k) sum[j] += rest[open[k]];
+        }
+        double total = 0;
+        for (double x : sum) total += x;
+        std::vector<int> n(gs);
+        std::vector<std::pair<double, int>> remainder;
+        int dealt = 0;
+        for (int j = 0; j < gs; ++j) {
+          const double exact = shared_heads * sum[j] / total;
+          n[j] = static_cast<int>(exact);
+          dealt += n[j];
+          remainder.emplace_back(exact - n[j], j);
+        }
+        std::sort(remainder.rbegin(), remainder.rend());
+        for (int k = 0; dealt < shared_heads; ++k, ++dealt) ++n[remainder[k].second];
+        double worst = 0;
+        bool empty = false;
+        for (int j = 0; j < gs; ++j) {
+          empty |= n[j] < 1;
+          for (int k : split.shared.members[j]) {
+            const double load = share - rest[k] + static_cast<double>(n[j]) /
+                                                      split.shared.members[j].size();
+            worst = std::max(worst, load / share);
+          }
+        }
+        for (const std::vector<int>& m : split.shared.members) empty |= m.size() < 2;
+        if (empty || worst > 1 + kSharedLoadSlack) continue;  // (one worker: whole heads)
+        split.shared.kv_heads = std::move(n);
+        out.push_back(std::move(split));
+      }
+    }
+  }
+  return out;
+}
+
+double SharedHeadsWireRatio(const PlanRequest& r, const SharedHeadsSplit& split,
+                            double flops_per_second, double bandwidth_bytes_per_second) {
+  const int P = r.workers, K = r.shape.kv_heads;
+  if (bandwidth_bytes_per_second <= 0) return 0;
+  const int64_t S = r.seq_len;
+  // Per worker: the K/V rows of each part it receives (all but its own share of the part's
+  // rows) at the part's heads, over its share of the whole compute (dense: causal and full give
+  // the same ratio); the largest over workers.
+  const double q_per_kv = static_cast<double>(r.shape.q_heads) / K;
+  const double pairs = r.causal ? 0.5 * static_cast<double>(S) * static_cast<double>(S)
+                                : static_cast<double>(S) * static_cast<double>(S);
+  const double share_seconds = 4.0 * r.shape.batch * r.shape.q_heads * r.shape.head_dim * pairs /
+                               flops_per_second / P;
+  std::vector<double> wire(P, 0);
+  for (const HeadGroupSplit* part : {&split.groups, &split.shared}) {
+    for (size_t g = 0; g < part->members.size(); ++g) {
+      const std::vector<int>& m = part->members[g];
+      const double n = static_cast<double>(m.size());
+      AttentionShape s = r.shape;
+      s.kv_heads = part->kv_heads[g];
+      s.q_heads = static_cast<int>(s.kv_heads * q_per_kv);
+      const double bytes = static_cast<double>(TransferBytes(s, PlanTensor::kKV, S)) * (n - 1) / n;
+      for (int w : m) wire[w] += bytes / bandwidth_bytes_per_second;
+    }
+  }
+  double worst = 0;
+  for (int w = 0; w < P; ++w) worst = std::max(worst, wire[w] / share_seconds);
+  return worst;
+}
+
+Plan MakeSharedHeadsPlan(const PlanRequest& r, const SharedHeadsSplit& split) {
+  const int P = r.workers, K = r.shape.kv_heads;
+  auto speed = [&](int w) { return r.speeds.empty() ? 1.0 : r.speeds[w]; };
+  // Each worker's heads of work in each part it is in (a group's heads by its members' speeds)
+  // and in all; every worker in at most one group of each kind, and in one group at least.
+  std::vector<double> whole_load(P, 0), shared_load(P, 0);
+  std::vector<int> in_whole(P, 0), in_shared(P, 0);
+  int heads = 0;
+  for (int kind = 0; kind < 2; ++kind) {
+    const HeadGroupSplit& part = kind == 0 ? split.groups : split.shared;
+    if (part.kv_heads.size() != part.members.size()) return Plan{};
+    for (size_t i = 0; i < part.members.size(); ++i) {
+      if (part.members[i].empty() || part.kv_heads[i] < 1) return Plan{};
+      heads += part.kv_heads[i];
+      double sum = 0;
+      for (int m : part.members[i]) {
+        if (m < 0 || m >= P || (kind == 0 ? in_whole : in_shared)[m]++ > 0) return Plan{};
+        sum += speed(m);
+      }
+      for (int m : part.members[i]) {
+        (kind == 0 ? whole_load : shared_load)[m] = part.kv_heads[i] * speed(m) / sum;
+      }
+    }
+  }
+  if (heads != K || split.shared.members.empty()) return Plan{};
+  for (int w = 0; w < P; ++w) {
+    if (in_whole[w] + in_shared[w] == 0) return Plan{};  // a worker with no work
+  }
+  // A rank's share of its worker's work, times the worker's speed: what its sub-plan is planned
+  // at, so that the sub-search weighs its messages against the compute they travel behind.
+  auto rank_speed = [&](int w, double load) {
+    return speed(w) * load / (whole_load[w] + shared_load[w]);
+  };
+  // The parts: each group's plan (none for a one-worker group: its rank's computes are cut
+  // below), the whole-head groups' the "balanced" search's, the shared groups' the striped ring
+  // with its K/V straight from the owners (DirectFromOwners).
+  struct Part {
+    std::vector<int> members;
+    int head = 0, heads = 0;
+    Plan plan;  // no workers: a one-worker group
+    std::vector<int> rank;  // per member
+  };
+  std::vector<Part> parts;
+  std::map<std::tuple<int, int, int, std::vector<double>>, Plan> made;  // one plan per kind
+  int head = 0;
+  for (int kind = 0; kind < 2; ++kind) {
+    const HeadGroupSplit& groups = kind == 0 ? split.groups : split.shared;
+    for (size_t i = 0; i < groups.members.size(); ++i) {
+      Part part{groups.members[i], head, groups.kv_heads[i], {}, {}};
+      head += part.heads;
+      const int n = static_cast<int>(part.members.size());
+      if (n > 1) {
+        std::vector<double> speeds;
+        for (int m : part.members) {
+          speeds.push_back(rank_speed(m, (kind == 0 ? whole_load : shared_load)[m]));
+        }
+        auto [it, added] = made.try_emplace({kind, n, part.heads, speeds});
+        if (added) {
+          const PlanRequest request = PartRequest(r, n, part.heads, speeds);
+          if (kind == 0) {
+            absl::StatusOr<Plan> sub = MakePlan(request);
+            if (!sub.ok() || !sub->rank_workers.empty()) return Plan{};
+            it->second = *std::move(sub);
+          } else {
+            if (request.seq_len < 2 * n) return Plan{};
+            it->second = DirectFromOwners(MakeStripedRingPlan(request, std::vector<int>(n, 1)),
+                                          kDirectLead);
+            if (it->second.workers.empty()) return Plan{};
+          }
+        }
+        part.plan = it->second;
+      }
+      parts.push_back(std::move(part));
+    }
+  }
+  // Ranks: per worker its group's rank, then its shared rank.
+  Plan plan;
+  plan.schedule = "balanced";
+  plan.seq_len = r.seq_len;
+  plan.causal = r.causal;
+  plan.mask_spec = r.mask_spec;
+  std::vector<std::vector<std::pair<int, int>>> on(P);  // per worker: (part, member index)
+  for (size_t i = 0; i < parts.size(); ++i) {
+    for (size_t k = 0; k < parts[i].members.size(); ++k) {
+      on[parts[i].members[k]].emplace_back(static_cast<int>(i), static_cast<int>(k));
+    }
+    parts[i].rank.assign(parts[i].members.size(), -1);
+  }
+  for (int w = 0; w < P; ++w) {
+    for (auto [i, k] : on[w]) {
+      parts[i].rank[k] = static_cast<int>(plan.rank_workers.size());
+      plan.rank_workers.push_back(w);
+    }
+  }
+  plan.workers.resize(plan.rank_workers.size());
+  // Every rank's pass has the longest part's step count: a shorter part's steps are spread over
+  // it (step i at (i * (T - 1)) / (T_part - 1): order and gaps kept, transfers move with their
+  // steps, so matching and availability hold), and a one-worker group's rank computes its heads
+  // in T pieces of equal work, so each step of the worker has whole-head compute for the shared
+  // plan's messages to travel behind (cost_model.h "Virtual ranks").
+  size_t T[2] = {1, 1};
+  for (Part& part : parts) {  // (a part's ranks padded to its own longest pass first)
+    size_t n[2] = {0, 0};
+    for (const WorkerPlan& w : part.plan.workers) {
+      n[0] = std::max(n[0], w.forward.size());
+      n[1] = std::max(n[1], w.backward.size());
+    }
+    for (WorkerPlan& w : part.plan.workers) {
+      w.forward.resize(n[0]);
+      w.backward.resize(n[1]);
+    }
+    T[0] = std::max(T[0], n[0]);
+    T[1] = std::max(T[1], n[1]);
+  }
+  const UnitPairs visible(RequestMask(r), r.seq_len);
+  // A part's pass of n steps over `steps` >= n: step i at t_i = i (steps - 1) / (n - 1) with its
+  // transfers, its computes cut by query rows over t_i .. t_{i+1} - 1 (what they read arrived by
+  // t_i; what they produce is sent at t_{i+1} or later), so every worker step has some compute.
+  auto spread = [&](const std::vector<PlanStep>& pass, size_t steps) {
+    const size_t n = pass.size();
+    if (n == steps || n == 0) {
+      std::vector<PlanStep> out = pass;
+      out.resize(steps);
+      return out;
+    }
+    std::vector<PlanStep> out(steps);
+    auto at = [&](size_t i) { return n > 1 ? i * (steps - 1) / (n - 1) : 0; };
+    for (size_t i = 0; i < n; ++i) {
+      const size_t t = at(i), next = i + 1 < n ? at(i + 1) : steps;
+      out[t].sends = pass[i].sends;
+      out[t].recvs = pass[i].recvs;
+      const int64_t k = static_cast<int64_t>(next - t);
+      for (const ComputeOp& c : pass[i].computes) {
+        const int64_t rows = c.q_rows.size();
+        for (int64_t j = 0; j < std::min(k, rows); ++j) {
+          const RowRange q{c.q_rows.begin + rows * j / std::min(k, rows),
+                           c.q_rows.begin + rows * (j + 1) / std::min(k, rows)};
+          if (q.size() <= 0) continue;
+          const RowRange kv = visible.KeysSeen(q, c.kv_rows);
+          if (kv.size() <= 0) continue;
+          // (KeysSeen narrows a dense op only where no key is visible: the pairs are the same.)
+          out[t + j].computes.push_back(ComputeOp{q, visible.dense() ? c.kv_rows : kv});
+        }
+      }
+    }
+    return out;
+  };
+  // Query pieces [b_j, b_{j+1}) of visible work against all keys in proportion to weight[j].
+  auto pieces = [&](const std::vector<double>& weight) {
+    const size_t n = weight.size();
+    double sum = 0;
+    for (double x : weight) sum += x;
+    std::vector<int64_t> b{0};
+    const RowRange all{0, r.seq_len};
+    const double total = visible(all, all);
+    double cum = 0;
+    for (size_t j = 1; j < n; ++j) {
+      cum += weight[j - 1];
+      int64_t lo = b.back(), hi = r.seq_len;
+      const double want = total * cum / sum;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (visible(RowRange{0, mid}, all) < want) lo = mid + 1; else hi = mid;
+      }
+      b.push_back(lo);
+    }
+    b.push_back(r.seq_len);
+    return b;
+  };
+  for (Part& part : parts) {
+    for (size_t k = 0; k < part.members.size(); ++k) {
+      WorkerPlan wp;
+      if (part.plan.workers.empty()) {  // one worker, all rows of its heads
+        wp.owned = {RowRange{0, r.seq_len}};
+        for (int pass = 0; pass < 2; ++pass) {
+          std::vector<PlanStep>& steps = pass == 0 ? wp.forward : wp.backward;
+          steps.resize(T[pass]);
+          // Twice the share in the forward's first step (the first K/V pieces' latency) and in
+          // the backward's last (the last partials').
+          std::vector<double> weight(T[pass], 1.0);
+          if (T[pass] > 1) weight[pass == 0 ? 0 : T[pass] - 1] = 2.0;
+          const std::vector<int64_t> b = pieces(weight);
+          for (size_t j = 0; j < T[pass]; ++j) {
+            const RowRange q{b[j], b[j + 1]};
+            if (q.size() <= 0) continue;
+            const RowRange kv = visible.KeysSeen(q, RowRange{0, r.seq_len});
+            if (kv.size() <= 0) continue;
+            steps[j].computes.push_back(ComputeOp{q, kv});
+          }
+        }
+      } else {
+        wp = part.plan.workers[k];
+        for (auto* pass : {&wp.forward, &wp.backward}) {
+          for (PlanStep& s : *pass) {
+            for (auto* list : {&s.sends, &s.recvs}) {
+              for (Transfer& x : *list) x.peer = part.rank[x.peer];
+            }
+          }
+        }
+        wp.forward = spread(wp.forward, T[0]);
+        wp.backward = spread(wp.backward, T[1]);
+      }
+      wp.kv_heads = HeadRange{part.head, part.head + part.heads};
+      plan.workers[part.rank[k]] = std::move(wp);
+    }
+  }
+  return plan;
+}
+
+}  // namespace dfa
