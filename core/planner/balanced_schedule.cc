@@ -355,15 +355,21 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
   // Shared heads (shared_heads_schedule.cc): groups of whole heads plus the rest of the heads
   // split by sequence over every worker, a worker running one rank of each (plan.h "Virtual
   // ranks"). Profile "cpu": when still nothing is within kBalanceTarget; "gpu": always. The
-  // splits with the least estimated wire time per worker are planned first, kSharedHeadsTried
-  // of them at most; kept where the model says they are better.
+  // splits whose whole groups are single workers first (their ranks wait on nothing, so in the
+  // lock-step worker they hide the shared plan's messages best), then by the least estimated
+  // wire time per worker; kSharedHeadsTried of them at most, kept where the model says they
+  // are better.
   if (true_time || best_score.balance > kBalanceTarget) {
     constexpr size_t kSharedHeadsTried = 3;
+    constexpr double kWholePairsLast = 1e3;  // (estimates are O(1))
     std::vector<std::pair<double, SharedHeadsSplit>> splits;
     for (SharedHeadsSplit& split : SharedHeadsSplits(heads)) {
-      const double ratio = SharedHeadsWireRatio(heads, split, params.flops_per_second,
-                                                params.bandwidth_bytes_per_second);
-      splits.emplace_back(ratio, std::move(split));
+      double rank = SharedHeadsWireRatio(heads, split, params.flops_per_second,
+                                         params.bandwidth_bytes_per_second);
+      for (const std::vector<int>& m : split.groups.members) {
+        if (m.size() > 1) rank += kWholePairsLast;
+      }
+      splits.emplace_back(rank, std::move(split));
     }
     std::stable_sort(splits.begin(), splits.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
