@@ -171,12 +171,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       return absl::InvalidArgumentError(
           absl::StrCat("chunk_bytes = ", req_.chunk_bytes(), " must be >= 0 (0: default)"));
     }
-    if (req_.await_timeout_ms() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "await_timeout_ms = ", req_.await_timeout_ms(), " must be >= 0 (0: the step timeout)"));
-    }
-    await_timeout_ = req_.await_timeout_ms() > 0 ? absl::Milliseconds(req_.await_timeout_ms())
-                                                 : state_.await_timeout;
+    ASSIGN_OR_RETURN(await_timeout_, AwaitTimeout(req_.await_timeout_ms(), state_.await_timeout));
     {
       std::lock_guard<std::mutex> l(session_->mu);
       if (req_.await_job_id().empty()) {
@@ -269,7 +264,10 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     std::thread([this, b, r] {
       const absl::Status st =
           AwaitOutputRows(session_.get(), req_.await_job_id(), req_.kind(), r, await_timeout_,
-                          [this] { return gone_.load(); });
+                          [this] {
+                            if (ticket_) ticket_->Touch();  // waiting is not idle
+                            return gone_.load();
+                          });
       if (!st.ok()) {
         End(st);
         return;

@@ -104,6 +104,16 @@ absl::StatusOr<bool> OutputRowsReady(const WorkerSession& s, const std::string& 
   return false;  // not started on this worker yet
 }
 
+absl::StatusOr<absl::Duration> AwaitTimeout(int64_t await_timeout_ms, absl::Duration fallback) {
+  constexpr int64_t kMaxMs = int64_t{24} * 3600 * 1000;
+  if (await_timeout_ms < 0 || await_timeout_ms > kMaxMs) {
+    return absl::InvalidArgumentError(absl::StrCat("await_timeout_ms = ", await_timeout_ms,
+                                                   " must be in [0, ", kMaxMs,
+                                                   "] (0: the worker's step timeout)"));
+  }
+  return await_timeout_ms > 0 ? absl::Milliseconds(await_timeout_ms) : fallback;
+}
+
 absl::Status AwaitOutputRows(WorkerSession* s, const std::string& job_id, v1::TensorKind kind,
                              const RowRange& rows, absl::Duration timeout,
                              const std::function<bool()>& gone) {

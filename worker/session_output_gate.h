@@ -45,9 +45,14 @@ void EndJobOutputs(WorkerSession* s, const std::string& job_id, const absl::Stat
 absl::StatusOr<bool> OutputRowsReady(const WorkerSession& s, const std::string& job_id,
                                      v1::TensorKind kind, const RowRange& rows);
 
+// The wait a request asks for: `await_timeout_ms` (the request field), 0 meaning `fallback`;
+// INVALID_ARGUMENT naming the field when negative or over a day.
+absl::StatusOr<absl::Duration> AwaitTimeout(int64_t await_timeout_ms, absl::Duration fallback);
+
 // Waits until OutputRowsReady is true (OK) or an error; DEADLINE_EXCEEDED naming the tensor,
-// the rows and the job after `timeout`; CANCELLED once gone() (polled every 20 ms; the caller
-// also notifies outputs_changed).
+// the rows and the job after `timeout`; CANCELLED once gone(). gone() is asked every 20 ms
+// (the gRPC path also keeps its stream's idle clock from running out there) and the caller
+// notifies outputs_changed when it becomes true.
 absl::Status AwaitOutputRows(WorkerSession* s, const std::string& job_id, v1::TensorKind kind,
                              const RowRange& rows, absl::Duration timeout,
                              const std::function<bool()>& gone);

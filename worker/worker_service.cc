@@ -107,8 +107,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::Upload(
     }
     ticket = *std::move(t);
   }
-  return NewUploadReactor(DataPlaneState{sessions_, &metrics_, jobs_->step_timeout()}, PresentedCapability(*ctx),
-                          response, std::move(ticket));
+  return NewUploadReactor(DataPlaneState{sessions_, &metrics_, jobs_->step_timeout()},
+                          PresentedCapability(*ctx), response, std::move(ticket));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Download(
@@ -122,8 +122,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Download(
     }
     ticket = *std::move(t);
   }
-  return NewDownloadReactor(DataPlaneState{sessions_, &metrics_, jobs_->step_timeout()}, PresentedCapability(*ctx),
-                            *request, std::move(ticket));
+  return NewDownloadReactor(DataPlaneState{sessions_, &metrics_, jobs_->step_timeout()},
+                            PresentedCapability(*ctx), *request, std::move(ticket));
 }
 
 grpc::Status WorkerServiceImpl::GenerateInputs(grpc::ServerContext* ctx,
@@ -163,19 +163,14 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
     }
   }
   const std::string& await = req.upload() ? std::string() : req.await_job_id();
-  if (req.await_timeout_ms() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "await_timeout_ms = ", req.await_timeout_ms(), " must be >= 0 (0: the step timeout)"));
-  }
+  ASSIGN_OR_RETURN(const absl::Duration await_timeout,
+                   AwaitTimeout(req.await_timeout_ms(), jobs_->step_timeout()));
   if (!req.upload() && await.empty()) {
     std::lock_guard<std::mutex> l(s->mu);
     RETURN_IF_ERROR(CheckReadable(*s, req.kind()));
   } else if (!req.upload()) {
     // The rows of a job that may still run: wait until they are final (or its error).
-    const absl::Duration timeout = req.await_timeout_ms() > 0
-                                       ? absl::Milliseconds(req.await_timeout_ms())
-                                       : jobs_->step_timeout();
-    RETURN_IF_ERROR(AwaitOutputRows(s.get(), await, req.kind(), rows, timeout, gone));
+    RETURN_IF_ERROR(AwaitOutputRows(s.get(), await, req.kind(), rows, await_timeout, gone));
   } else if (req.kind() < v1::TENSOR_Q || req.kind() > v1::TENSOR_DV) {
     return absl::InvalidArgumentError(
         absl::StrCat("kind = ", static_cast<int>(req.kind()), " is not a tensor kind"));

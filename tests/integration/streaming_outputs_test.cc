@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -348,6 +349,51 @@ TEST_F(StreamingOutputsTest, AWaitingDownloadWhoseClientGoesAwayLeavesTheWorkerS
   EXPECT_TRUE(s->Download(v1::TENSOR_O, &o).ok());
   const RunResult other = RunTraining(client_.get(), spec, 2, "", in);
   ExpectMatchesReference(spec, in, other);
+}
+
+TEST_F(StreamingOutputsTest, BadAwaitTimeoutsAreRefusedNamingTheField) {
+  const auto spec = MakeSpec(1, 128, 2, 2, 16, /*causal=*/true);
+  auto s = NewSession(spec);
+  ASSERT_NE(s, nullptr);
+  const v1::ShardPlacement& shard = s->info().shards(0);
+  auto stub = v1::Worker::NewStub(
+      grpc::CreateChannel(shard.address(), grpc::InsecureChannelCredentials()));
+  for (int64_t ms : {int64_t{-1}, int64_t{86'400'001}}) {
+    SCOPED_TRACE(ms);
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kSessionCapabilityMetadata, s->capability());
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::DownloadRequest req;
+    req.set_session_id(s->id());
+    req.set_client_id(client_->client_id());
+    req.set_kind(v1::TENSOR_O);
+    req.set_await_job_id("j-none");
+    req.set_await_timeout_ms(ms);
+    auto reader = stub->Download(&ctx, req);
+    v1::TensorChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    const grpc::Status st = reader->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("await_timeout_ms = "), std::string::npos)
+        << st.error_message();
+
+    grpc::ClientContext shm_ctx;
+    shm_ctx.AddMetadata(kSessionCapabilityMetadata, s->capability());
+    shm_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::SharedMemoryTransferRequest shm;
+    shm.set_session_id(s->id());
+    shm.set_client_id(client_->client_id());
+    shm.set_kind(v1::TENSOR_O);
+    shm.set_shm_name("no-such-segment");
+    *shm.mutable_rows() = shard.owned(0);
+    shm.set_await_job_id("j-none");
+    shm.set_await_timeout_ms(ms);
+    v1::SharedMemoryTransferResponse resp;
+    const grpc::Status shm_st = stub->SharedMemoryTransfer(&shm_ctx, shm, &resp);
+    EXPECT_EQ(shm_st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << shm_st.error_message();
+    EXPECT_NE(shm_st.error_message().find("await_timeout_ms = "), std::string::npos)
+        << shm_st.error_message();
+  }
 }
 
 // AttentionJob (the default stream_inputs and stream_outputs): forward and backward through

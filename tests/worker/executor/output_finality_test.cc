@@ -35,8 +35,9 @@ bool Touches(const PlanStep& s, bool forward, bool keys, const RowRange& r) {
     if (meets(keys ? op.kv_rows : op.q_rows)) return true;
   }
   for (const Transfer& t : s.recvs) {
-    const PlanTensor want =
-        keys ? PlanTensor::kDkvPartial : (forward ? PlanTensor::kOutPartial : PlanTensor::kDqPartial);
+    const PlanTensor want = keys      ? PlanTensor::kDkvPartial
+                            : forward ? PlanTensor::kOutPartial
+                                      : PlanTensor::kDqPartial;
     if (t.tensor == want && meets(t.rows)) return true;
   }
   if (!forward) {
