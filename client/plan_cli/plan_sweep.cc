@@ -198,7 +198,13 @@ absl::Status Sweep(dfa::cli::Args& args) {
         absl::StatusOr<dfa::PlanCost> c = dfa::EstimateCost(*plan, cost);
         if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
         const double f = c->forward.makespan_ratio, b = c->backward.makespan_ratio;
-        const int n = std::max(MaxOps(*plan, true), MaxOps(*plan, false));
+        int n = std::max(MaxOps(*plan, true), MaxOps(*plan, false));
+        if (!plan->rank_workers.empty()) {  // per worker: its ranks' ops (plan.h "Virtual ranks")
+          n = 0;
+          for (const dfa::PassCost* pass : {&c->forward, &c->backward}) {
+            for (const dfa::WorkerCost& w : pass->workers) n = std::max(n, w.compute_ops);
+          }
+        }
         if (per_p) {
           int64_t recv = 0;
           for (const dfa::WorkerCost& w : c->forward.workers) {
@@ -206,9 +212,12 @@ absl::Status Sweep(dfa::cli::Args& args) {
           }
           std::printf(
               "  %-10s %-6s P=%-3d S=%-7lld fwd %.4f bwd %.4f ops/worker %d steps %d/%d groups %d "
-              "max recv fwd %.1f MiB\n",
+              "max recv fwd %.1f MiB%s\n",
               pattern.c_str(), causal ? "causal" : "full", P, static_cast<long long>(S), f, b, n,
-              c->forward.steps, c->backward.steps, HeadGroupCount(*plan), recv / 1048576.0);
+              c->forward.steps, c->backward.steps, HeadGroupCount(*plan), recv / 1048576.0,
+              plan->rank_workers.empty()
+                  ? ""
+                  : absl::StrCat(" ranks ", plan->num_workers(), " (shared heads)").c_str());
           std::fflush(stdout);
         }
         if (f > worst_f) worst_f = f, at_f = P;

@@ -209,7 +209,7 @@ struct SharedHeadsSplit {
   HeadGroupSplit groups;
   HeadGroupSplit shared;
 };
-// The splits "balanced" tries (equal speeds only; none otherwise): for m = 1..min(P, 8), whole
+// The splits "balanced" tries (dense requests at equal speeds only; none otherwise): for m = 1..min(P, 8), whole
 // groups of m consecutive workers with floor(m K / P) heads (and one fewer), the workers left
 // over a group of their own rounded-down share; the rest of the K kv heads shared by the workers
 // with work left, in 1..6 groups of >= 2 consecutive workers with heads by their work left,

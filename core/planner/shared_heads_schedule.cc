@@ -91,6 +91,10 @@ std::vector<SharedHeadsSplit> SharedHeadsSplits(const PlanRequest& r) {
   for (double s : r.speeds) {
     if (s != r.speeds[0]) return out;  // equal speeds only
   }
+  Plan mask;  // dense requests only (Plan::dense: no documents, no window)
+  mask.causal = r.causal;
+  mask.mask_spec = r.mask_spec;
+  if (!mask.dense()) return out;
   const double share = static_cast<double>(K) / P;  // each worker's heads of work
   for (int m = 1; m <= std::min(P, 8); ++m) {
     const int h0 = static_cast<int>(static_cast<int64_t>(m) * K / P);
