@@ -47,7 +47,7 @@
 // and rank r runs on worker rank_workers[r]. A worker may run several ranks, e.g. whole heads
 // over all rows (no traffic) and a share of the remaining heads split by sequence over all
 // workers, whose traffic the whole heads' compute hides ("balanced" with session_shape,
-// docs/planner.md "Shared heads"). Everything above holds per rank (CheckPlan proves each head
+// docs/planner.md "Schedules"). Everything above holds per rank (CheckPlan proves each head
 // group exact); a worker runs its ranks concurrently (the cost model: processor sharing on one
 // device, one pair of links, cost_model.h); the simulator runs each rank as its own executor.
 // Empty (the default): rank r is worker r. Sessions run one rank per worker: dfa.v1.Plan does

@@ -472,8 +472,8 @@ absl::Status CheckRankWorkers(const Plan& plan) {
   for (int w = 0; w < W; ++w) {
     if (ranks_on[w] == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "rank_workers: worker ", w, " runs no rank (workers must be 0..", W - 1, ", each with one "
-          "rank or more)"));
+          "rank_workers: worker ", w, " runs no rank (workers must be 0..", W - 1,
+          ", each with one rank or more)"));
     }
   }
   return absl::OkStatus();

@@ -209,11 +209,12 @@ struct SharedHeadsSplit {
   HeadGroupSplit groups;
   HeadGroupSplit shared;
 };
-// The splits "balanced" tries (dense requests at equal speeds only; none otherwise): for m = 1..min(P, 8), whole
-// groups of m consecutive workers with floor(m K / P) heads (and one fewer), the workers left
-// over a group of their own rounded-down share; the rest of the K kv heads shared by the workers
-// with work left, in 1..6 groups of >= 2 consecutive workers with heads by their work left,
-// where no worker's work exceeds its share (K / P heads) by more than 1%. No split without shared heads.
+// The splits "balanced" tries (dense requests at equal speeds only; none otherwise): for
+// m = 1..min(P, 8), whole groups of m consecutive workers with floor(m K / P) heads (and one
+// fewer), the workers left over a group of their own rounded-down share; the rest of the K kv
+// heads shared by the workers with work left, in 1..6 groups of >= 2 consecutive workers with
+// heads by their work left, where no worker's work exceeds its share (K / P heads) by more than
+// 1%. No split without shared heads.
 std::vector<SharedHeadsSplit> SharedHeadsSplits(const PlanRequest& request);
 // A quick estimate, for ranking splits before planning them: the largest over workers of the
 // seconds its K/V receives take at `bandwidth_bytes_per_second` (each group: all rows but its

@@ -1,11 +1,10 @@
-// Shared heads (plan.h "Virtual ranks", docs/planner.md "Shared heads"): head groups of few
-// workers hold most kv heads over all rows, and the remaining heads are split by sequence over
-// the workers the groups leave capacity on, each worker running one rank of its group and one of
-// the shared plan. A group of m workers and h heads gives each member h/m heads of work; the
-// shared heads' plan gives each worker the rest of its share (K/P heads at equal speeds) as its
-// "speed" (its rank's share of the worker, cost_model.h), so every worker's work is its share
-// exactly, and the shared plan's messages travel while the groups' compute runs: at P = 6 and 32
-// heads each worker takes 5 whole heads (no traffic) and a sixth of the last 2.
+// Shared heads (plan.h "Virtual ranks", docs/planner.md "Schedules"): whole-head groups of
+// few workers hold most kv heads over all rows, and the remaining heads are split by sequence
+// over the workers with work left, in shared groups; each worker runs one rank of each kind.
+// A group of m workers and h heads gives each member h/m heads of work, so the split fixes
+// every worker's work (within kSharedLoadSlack of its share), and in the cost model's lock-step
+// worker the shared ranks' messages travel while the whole heads compute. At P = 6 and 32 heads
+// each worker takes 5 whole heads (no traffic) and the last 2 go to two groups of 3 workers.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -124,7 +124,8 @@ TEST(SharedHeadsSimulationBalancedTest, BalancedPickAtP6MatchesTheReference) {
   // Its split (5 whole heads per worker) at S = 138 and 8 dims per head, simulated in seconds.
   int whole_ranks = 0;
   for (const WorkerPlan& w : plan->workers) {
-    whole_ranks += w.owned.size() == 1 && w.owned[0].size() == req.seq_len && w.kv_heads.size() == 5;
+    const bool all_rows = w.owned.size() == 1 && w.owned[0].size() == req.seq_len;
+    whole_ranks += all_rows && w.kv_heads.size() == 5;
   }
   EXPECT_EQ(whole_ranks, 6);
   const AttentionShape small{1, 32, 32, 8, DType::kF32};
