@@ -351,6 +351,64 @@ TEST_F(StreamingOutputsTest, AWaitingDownloadWhoseClientGoesAwayLeavesTheWorkerS
   ExpectMatchesReference(spec, in, other);
 }
 
+// A streamed backward forms D = rowsum(dO * O) range by range as dO arrives (before each unit,
+// dQ partial and grad_in send on owned rows; docs/worker.md "Streaming inputs"): dO sent in 4
+// row blocks 200 ms after the job started, batch 2, bf16 (dQ's fp32 rows overlay two O rows)
+// and fp32, contiguous and zigzag shards. Equal to the reference, with more kernel launches
+// than the same backward on a complete dO (D in pieces, not one call).
+TEST_F(StreamingOutputsTest, ABackwardOnStreamedDoFormsDInPiecesAndMatchesTheReference) {
+  auto launches = [](const v1::Job& j) {
+    int64_t n = 0;
+    for (const auto& w : j.workers()) n += w.kernel_launches();
+    return n;
+  };
+  for (v1::DType dtype : {v1::DTYPE_BF16, v1::DTYPE_F32}) {
+    for (const char* schedule : {"zigzag", "balanced", "distflash"}) {
+      SCOPED_TRACE(absl::StrCat(v1::DType_Name(dtype), " ", schedule));
+      const auto spec = MakeSpec(2, 512, 4, 2, 16, /*causal=*/true, dtype);
+      const TrainingInputs in = RandomInputs(spec, 37);
+      auto s = NewSession(spec, schedule);
+      ASSERT_NE(s, nullptr);
+      client::TransferOptions blocks;
+      blocks.row_blocks = 4;
+      RunResult r;
+      ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
+                      .ok());
+      auto fwd = s->Run(v1::JOB_FORWARD);
+      ASSERT_TRUE(fwd.ok()) << fwd.status();
+      r.forward = *fwd;
+      ASSERT_TRUE(s->Download(v1::TENSOR_O, &r.fwd.o).ok());
+      ASSERT_TRUE(s->Download(v1::TENSOR_LSE, &r.fwd.lse).ok());
+      auto bwd = s->Submit(v1::JOB_BACKWARD, true, true);
+      ASSERT_TRUE(bwd.ok()) << bwd.status();
+      absl::SleepFor(absl::Milliseconds(200));
+      ASSERT_TRUE(s->Upload({{v1::TENSOR_DO, &in.dout}}, blocks).ok());
+      const client::TransferOptions await = Awaiting(bwd->job_id(), client::TransferPath::kAuto);
+      ASSERT_TRUE(s->Download(v1::TENSOR_DQ, &r.bwd.dq, await).ok());
+      ASSERT_TRUE(s->Download(v1::TENSOR_DK, &r.bwd.dk, await).ok());
+      ASSERT_TRUE(s->Download(v1::TENSOR_DV, &r.bwd.dv, await).ok());
+      auto streamed = s->Watch(bwd->job_id(), nullptr);
+      ASSERT_TRUE(streamed.ok()) << streamed.status();
+      r.backward = *streamed;
+      ExpectMatchesReference(spec, in, r);
+
+      // The same backward on a complete dO.
+      ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
+                      .ok());
+      ASSERT_TRUE(s->Run(v1::JOB_FORWARD).ok());
+      ASSERT_TRUE(s->Upload(v1::TENSOR_DO, in.dout).ok());
+      auto whole = s->Run(v1::JOB_BACKWARD);
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      EXPECT_GT(launches(*streamed), launches(*whole))
+          << streamed->DebugString() << whole->DebugString();
+      client::HostTensor dq;
+      ASSERT_TRUE(s->Download(v1::TENSOR_DQ, &dq).ok());
+      EXPECT_EQ(0, std::memcmp(dq.data(), r.bwd.dq.data(), static_cast<size_t>(dq.size_bytes())));
+      EXPECT_TRUE(s->Release().ok());
+    }
+  }
+}
+
 TEST_F(StreamingOutputsTest, BadAwaitTimeoutsAreRefusedNamingTheField) {
   const auto spec = MakeSpec(1, 128, 2, 2, 16, /*causal=*/true);
   auto s = NewSession(spec);

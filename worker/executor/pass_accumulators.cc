@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "worker/executor/output_finality.h"
 #include "worker/executor/transfer_layout.h"
 
 namespace dfa::executor_internal {
@@ -34,16 +35,24 @@ absl::Status PassAccumulators::Begin() {
         "storage has key chunks only (its layout was made for another plan)"));
   }
   // D = rowsum(dO * O) of the owned rows, before any grad_in leaves this worker and before dQ's
-  // accumulator (over O in the work region) is zeroed: with dO still arriving, all of it first.
-  for (const RowRange& r : st->owned()) RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kDout, r));
-  if (!ctx_.stats.steps.empty()) ++ctx_.stats.steps[0].delta_launches;
-  RETURN_IF_ERROR(ctx_.backend->ComputeDelta(st->dout(), st->o(), st->delta(), ctx_.stream));
+  // accumulator (over O in the work region) is zeroed. With dO still arriving, row range by
+  // row range as units and sends need them (PrepareQueries).
   auto zero = [&](const TensorView& g) {
     return ctx_.backend->Memset(
         g.data, 0, static_cast<size_t>(int64_t{g.batch} * g.rows * g.heads * g.head_dim * 4),
         ctx_.stream);
   };
-  RETURN_IF_ERROR(zero(st->dq_acc()));
+  lazy_queries_ = ctx_.options.inputs != nullptr;
+  if (lazy_queries_) {
+    const size_t linear = static_cast<size_t>(int64_t{shape.batch} * st->rows());
+    delta_ready_.assign(linear, 0);
+    dq_zeroed_.assign(linear, 0);
+    overlay_ = std::max<int64_t>(1, 4 / DTypeSize(shape.dtype));
+  } else {
+    if (!ctx_.stats.steps.empty()) ++ctx_.stats.steps[0].delta_launches;
+    RETURN_IF_ERROR(ctx_.backend->ComputeDelta(st->dout(), st->o(), st->delta(), ctx_.stream));
+    RETURN_IF_ERROR(zero(st->dq_acc()));
+  }
   if (!chunked_) {
     RETURN_IF_ERROR(zero(st->dk_acc()));
     return zero(st->dv_acc());
@@ -92,6 +101,90 @@ std::vector<RowRange> Remaining(int64_t total, std::vector<RowRange> done) {
 }
 
 }  // namespace
+
+namespace {
+
+// Batch b of a view, as a view of one batch.
+TensorView BatchOf(TensorView v, int b) {
+  v.data = static_cast<char*>(v.data) + b * v.BatchStride() * DTypeSize(v.dtype);
+  v.batch = 1;
+  return v;
+}
+RowStatView BatchOf(RowStatView v, int b) {
+  v.data += b * v.BatchStride();
+  v.batch = 1;
+  return v;
+}
+
+}  // namespace
+
+absl::Status PassAccumulators::EnsureDelta(int64_t first, int64_t end) {
+  SessionStorage* st = ctx_.storage;
+  const int64_t rows = st->rows();
+  end = std::min<int64_t>(end, static_cast<int64_t>(delta_ready_.size()));
+  StepStats unattributed;
+  StepStats& counts = ctx_.cur != nullptr ? *ctx_.cur : unattributed;
+  int64_t i = first;
+  while (i < end) {
+    if (delta_ready_[static_cast<size_t>(i)]) {
+      ++i;
+      continue;
+    }
+    // A run of rows without D inside one batch and one owned range.
+    const int b = static_cast<int>(i / rows);
+    const int64_t l0 = i % rows;
+    int64_t range_end = 0;
+    for (const RowRange& o : st->owned()) {
+      range_end += o.size();
+      if (l0 < range_end) break;
+    }
+    int64_t j = i;
+    const int64_t stop = std::min(end, int64_t{b} * rows + range_end);
+    while (j < stop && !delta_ready_[static_cast<size_t>(j)]) ++j;
+    const int64_t n = j - i;
+    RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kDout, GlobalRows(st->owned(), {l0, l0 + n})));
+    ++counts.delta_launches;
+    RETURN_IF_ERROR(ctx_.backend->ComputeDelta(BatchOf(st->dout(), b).Slice(l0, n),
+                                               BatchOf(st->o(), b).Slice(l0, n),
+                                               BatchOf(st->delta(), b).Slice(l0, n),
+                                               ctx_.stream));
+    std::fill(delta_ready_.begin() + i, delta_ready_.begin() + j, 1);
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PassAccumulators::PrepareQueries(const RowRange& local) {
+  if (!lazy_queries_ || ctx_.fwd || local.size() <= 0) return absl::OkStatus();
+  SessionStorage* st = ctx_.storage;
+  const int64_t rows = st->rows();
+  const TensorView dq = st->dq_acc();
+  const int64_t row_bytes = dq.RowStride() * 4;
+  StepStats unattributed;
+  StepStats& counts = ctx_.cur != nullptr ? *ctx_.cur : unattributed;
+  for (int b = 0; b < ctx_.shape.batch; ++b) {
+    const int64_t first = int64_t{b} * rows + local.begin, end = int64_t{b} * rows + local.end;
+    RETURN_IF_ERROR(EnsureDelta(first, end));  // the rows' own D (units, grad_in sends)
+    int64_t i = first;
+    while (i < end) {
+      if (dq_zeroed_[static_cast<size_t>(i)]) {
+        ++i;
+        continue;
+      }
+      int64_t j = i;
+      while (j < end && !dq_zeroed_[static_cast<size_t>(j)]) ++j;
+      // dQ rows [i, j) lie over O rows [overlay i, overlay j): their D first.
+      RETURN_IF_ERROR(EnsureDelta(overlay_ * i, overlay_ * j));
+      RETURN_IF_ERROR(Launch(&counts.other_launches,
+                             ctx_.backend->Memset(static_cast<char*>(dq.data) + i * row_bytes, 0,
+                                                  static_cast<size_t>((j - i) * row_bytes),
+                                                  ctx_.stream)));
+      std::fill(dq_zeroed_.begin() + i, dq_zeroed_.begin() + j, 1);
+      i = j;
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status PassAccumulators::ConvertFinal(OutputSide side, const RowRange& local) {
   SessionStorage* st = ctx_.storage;
@@ -223,6 +316,8 @@ absl::Status PassAccumulators::InitRows(const RowRange& local) {
 absl::Status PassAccumulators::Finish() {
   SessionStorage* st = ctx_.storage;
   if (!ctx_.fwd) {
+    // Rows no unit or partial touched still need D formed and dQ zeroed (lazy D: dO streamed).
+    RETURN_IF_ERROR(PrepareQueries({0, st->rows()}));
     // The inputs are dead: the gradients go into their slots, in the session dtype.
     for (int64_t c = 0; c < num_chunks(); ++c) {
       if (!chunk_done_[static_cast<size_t>(c)]) RETURN_IF_ERROR(FinishChunk(c));

@@ -47,6 +47,13 @@ class PassAccumulators {
   // become an empty output (O = 0, LSE -inf), and an fp32 accumulator is converted into O;
   // backward gradients are converted into Q's, K's and V's slots (unfinished key chunks: 0).
   absl::Status Finish();
+  // Backward, owned query rows `local` (local rows) about to be read (their dO, D) or their dQ
+  // written. With dO still arriving (ExecutorOptions::inputs) the pass forms D and zeroes dQ's
+  // accumulator lazily, row range by row range: it waits for the rows' dO, forms their D, and
+  // before zeroing dQ rows forms D of the O rows their fp32 memory overlays (dq_acc lies over O,
+  // session_storage.h), so every O row is read before it is overwritten. Otherwise (all dO
+  // present) Begin did all of it and this returns at once.
+  absl::Status PrepareQueries(const RowRange& local);
   // Local rows `local` of `side` are final (output_finality.h) before the end of the pass: their
   // outputs go into the session's tensors now (forward: O from an fp32 accumulator; backward:
   // dQ into Q's slot, dK, dV into K's and V's unless chunked), queued on the compute stream, and
@@ -67,6 +74,11 @@ class PassAccumulators {
   PassContext& ctx_;
   TensorView out_view_;              // forward: the output accumulator (o_acc, or O)
   std::vector<RowRange> acc_ready_;  // local rows of out_view_ (and LSE) written already
+  // Lazy D and dQ (PrepareQueries), per linear row b * rows() + local row.
+  absl::Status EnsureDelta(int64_t first, int64_t end);
+  bool lazy_queries_ = false;
+  int64_t overlay_ = 1;  // O rows one fp32 dQ row's memory covers (4 / the dtype's size)
+  std::vector<uint8_t> delta_ready_, dq_zeroed_;
   // Local rows converted by ConvertFinal, by side.
   std::vector<RowRange> final_queries_, final_keys_;
   bool chunked_ = false;

@@ -20,6 +20,8 @@
 
 namespace dfa::executor_internal {
 
+class PassAccumulators;  // pass_accumulators.h
+
 struct PassContext {
   PassContext(AttentionBackend* b, Transport* t, SessionStorage* s, const ExecutorOptions& o,
               const Plan& p, bool forward)
@@ -45,6 +47,9 @@ struct PassContext {
   PassStats stats;               // stats.steps sized to the pass's steps
   StepStats* cur = nullptr;      // the step running now; stays on the last step after the loop
   double input_wait = 0;         // seconds the running step waited for streamed inputs
+  // The pass's accumulators (set by its runner): sends of owned grad_in rows prepare their D
+  // (PassAccumulators::PrepareQueries) before they are packed.
+  PassAccumulators* acc = nullptr;
 
   // Waits for rows of an input still arriving (ExecutorOptions::inputs; OK at once without a
   // gate), counting the wait as the running step's idle time.

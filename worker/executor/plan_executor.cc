@@ -41,7 +41,9 @@ class PassRunner {
              const ExecutorOptions& options, const Plan& plan, bool fwd)
       : run_(CutTransfers(plan, options.transfer_cut)),
         ctx_(backend, transport, storage, options, run_, fwd), buffers_(&ctx_),
-        groups_(&ctx_, &buffers_), acc_(&ctx_), compute_(&ctx_, &buffers_, &acc_) {}
+        groups_(&ctx_, &buffers_), acc_(&ctx_), compute_(&ctx_, &buffers_, &acc_) {
+    ctx_.acc = &acc_;
+  }
 
   absl::StatusOr<PassStats> Run();
 

@@ -31,6 +31,7 @@ absl::Status StepCompute::Merge(const Buffer& a) {
       return Launch(&s.merge_launches, ctx_.backend->Merge(m));
     }
     case PlanTensor::kDqPartial:
+      RETURN_IF_ERROR(acc_.PrepareQueries({local, local + n}));
       return Launch(&s.other_launches,
                     AddInto(*ctx_.backend, st->dq_acc().Slice(local, n), part(0), ctx_.stream));
     case PlanTensor::kDkvPartial:
@@ -307,6 +308,7 @@ absl::Status StepCompute::Compute(const FusedCall& call, const Side& qside, cons
   a.dv = dv;
   a.stream = ctx_.stream;
   if (qbuf == nullptr) {
+    RETURN_IF_ERROR(acc_.PrepareQueries({qlocal, qlocal + m}));
     a.q = st->q().Slice(qlocal, m);
     a.dout = st->dout().Slice(qlocal, m);
     a.lse = st->lse().Slice(qlocal, m);
@@ -358,6 +360,7 @@ absl::Status StepCompute::ComputePiece(const FusedCall& call, const Side& qside,
   a.q_row0 = call.q_row0 + skip;
   if (qbuf == nullptr) {
     const int64_t ql = call.q.local + skip;
+    RETURN_IF_ERROR(acc_.PrepareQueries({ql, ql + m}));
     a.q = st->q().Slice(ql, m);
     a.dout = st->dout().Slice(ql, m);
     a.lse = st->lse().Slice(ql, m);

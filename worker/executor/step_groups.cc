@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "worker/executor/pass_accumulators.h"
 #include "worker/executor/transfer_layout.h"
 
 namespace dfa::executor_internal {
@@ -117,14 +118,18 @@ absl::Status StepGroups::PrepareEarlySends(int t, const std::vector<Transfer>& s
     std::vector<TensorView> src;
     absl::StatusOr<int64_t> local = st->LocalRow(x.rows);
     if (local.ok()) {
-      // Inputs still arriving: a forward's send waits for the rows it carries (the backward's
-      // Q, K, V are the forward's, and its dO has all arrived before its first step).
+      // Inputs still arriving: a send waits for the rows it carries (the backward's Q, K, V are
+      // the forward's; its dO is waited for with D, below).
       if (ctx_.fwd && x.tensor == PlanTensor::kQ) {
         RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kQ, x.rows));
       }
       if (ctx_.fwd && x.tensor == PlanTensor::kKV) {
         RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kK, x.rows));
         RETURN_IF_ERROR(ctx_.WaitInput(InputTensor::kV, x.rows));
+      }
+      // A backward's grad_in carries dO and D: with dO still arriving, both for these rows.
+      if (!ctx_.fwd && x.tensor == PlanTensor::kGradIn && ctx_.acc != nullptr) {
+        RETURN_IF_ERROR(ctx_.acc->PrepareQueries({*local, *local + x.rows.size()}));
       }
       std::vector<void*> bases;
       switch (x.tensor) {
