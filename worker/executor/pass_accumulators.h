@@ -8,7 +8,8 @@
 // The first call on rows writes them (accumulate = false), so rows are initialised (O = 0,
 // LSE = -inf) only where a merge or a second call needs them, never wholesale per pass.
 // Backward: D = rowsum(dO * O) first (before any grad_in leaves the worker, and before dQ's
-// accumulator overwrites O), then fp32 dQ of the owned rows and either fp32 dK, dV of all owned
+// accumulator overwrites O: all rows at Begin, or, with dO still arriving, range by range in
+// PrepareQueries), then fp32 dQ of the owned rows and either fp32 dK, dV of all owned
 // rows (the storage's dk_acc, dv_acc) or one key chunk at a time (a chunked backward:
 // core/planner/worker_memory.h ChunkedBackward): the chunk's fp32 dK, dV, zeroed when a chunk
 // starts and converted into K's and V's slots when it finishes. At the end dQ is converted into

@@ -85,10 +85,11 @@ struct ExecutorOptions {
   MaskIntervals mask_intervals;
   // Inputs still arriving (input_gate.h; not owned): the forward waits, before each unit on owned
   // rows, for its Q rows and K/V rows, and before each send of owned rows for the rows it
-  // carries; the backward waits for the worker's whole dO before its first step (D = rowsum(dO·O)
-  // of every owned row comes first: dQ's accumulator takes O's memory). Each wait is bounded by
-  // step_timeout and honours cancel; the time counts as the step's idle time. null: the inputs
-  // are all present.
+  // carries; the backward, before each unit, dQ partial and grad_in send on owned query rows,
+  // for those rows' dO and for the dO of the O rows the zeroed part of dQ's fp32 accumulator
+  // overlays (D = rowsum(dO·O) must be formed before O's memory is taken; pass_accumulators.h
+  // PrepareQueries). Each wait is bounded by step_timeout and honours cancel; the time counts as
+  // the step's idle time. null: the inputs are all present.
   InputGate* inputs = nullptr;
   // Outputs announced as their rows become final (output_gate.h; not owned): after each step but
   // the last, the owned rows whose outputs that step finished (output_finality.h) are converted
