@@ -94,10 +94,10 @@ absl::StatusOr<bool> OutputRowsReady(const WorkerSession& s, const std::string& 
     if (it->first != job_id) continue;
     const absl::Status& st = it->second;
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("await_job_id = '", job_id, "' ended ",
-                                                  absl::StatusCodeToString(st.code()), " before ",
-                                                  KindName(kind), " rows ", RowsStr(rows),
-                                                  " were final: ", st.message()));
+      return absl::Status(
+          st.code(), absl::StrCat("await_job_id = '", job_id, "' ended ",
+                                  absl::StatusCodeToString(st.code()), " before ", KindName(kind),
+                                  " rows ", RowsStr(rows), " were final: ", st.message()));
     }
     return plain();
   }
@@ -123,16 +123,15 @@ absl::Status AwaitOutputRows(WorkerSession* s, const std::string& job_id, v1::Te
     ASSIGN_OR_RETURN(const bool ready, OutputRowsReady(*s, job_id, kind, rows));
     if (ready) return absl::OkStatus();
     if (gone && gone()) {
-      return absl::CancelledError(absl::StrCat("client went away while awaiting ",
-                                               KindName(kind), " rows ", RowsStr(rows),
-                                               " of job '", job_id, "'"));
+      return absl::CancelledError(absl::StrCat("client went away while awaiting ", KindName(kind),
+                                               " rows ", RowsStr(rows), " of job '", job_id, "'"));
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       const bool running = s->job_running && s->running_job_id == job_id;
       return absl::DeadlineExceededError(absl::StrFormat(
-          "await_job_id = '%s': %s rows %s are not final within %s (await_timeout_ms; %s)",
-          job_id, KindName(kind), RowsStr(rows), absl::FormatDuration(timeout),
+          "await_job_id = '%s': %s rows %s are not final within %s (await_timeout_ms; %s)", job_id,
+          KindName(kind), RowsStr(rows), absl::FormatDuration(timeout),
           running ? "the job is running" : "the job has not started on this worker"));
     }
     s->outputs_changed.wait_for(

@@ -90,8 +90,8 @@ int FirstShard(const client::Session& s) {
 // Forward and backward submitted before any input exists, their outputs' downloads started
 // before the inputs are uploaded: every download waits on its job and the results equal the
 // single-device reference.
-void RunWithAwaitedOutputs(client::Session* s, const TrainingInputs& in,
-                           client::TransferPath path, RunResult* r) {
+void RunWithAwaitedOutputs(client::Session* s, const TrainingInputs& in, client::TransferPath path,
+                           RunResult* r) {
   client::TransferOptions up;
   up.path = path;
   up.row_blocks = 4;
@@ -142,8 +142,7 @@ TEST_F(StreamingOutputsTest, OutputsAwaitedWhileTheJobRunsMatchTheReference) {
   for (client::TransferPath path :
        {client::TransferPath::kGrpc, client::TransferPath::kSharedMemory}) {
     for (const char* schedule : {"balanced", "distflash"}) {
-      SCOPED_TRACE(absl::StrCat(path == client::TransferPath::kGrpc ? "grpc " : "shm ",
-                                schedule));
+      SCOPED_TRACE(absl::StrCat(path == client::TransferPath::kGrpc ? "grpc " : "shm ", schedule));
       auto s = NewSession(spec, schedule);
       ASSERT_NE(s, nullptr);
       RunResult r;
@@ -176,7 +175,7 @@ TEST_F(StreamingOutputsTest, AWorkersRowsComeBackWhileAnotherStillWaits) {
   ASSERT_TRUE(early_o.ok());
   client::OutputAwait await{job->job_id(), absl::Seconds(kStepTimeoutS / 2)};
   auto got = s->DataClient(first).DownloadGrpc(v1::TENSOR_O, mine, client::kDefaultChunkBytes,
-                                              &*early_o, nullptr, await);
+                                               &*early_o, nullptr, await);
   ASSERT_TRUE(got.ok()) << got.status();
   // The job is still running: the second worker has none of its inputs.
   auto state = client_->GetJob(job->job_id());
@@ -247,14 +246,13 @@ TEST_F(StreamingOutputsTest, ADownloadAwaitingACancelledJobEndsAtOnce) {
     waiter.join();
     // Cancelled once; the second download finds the job's outcome at once.
     EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
-    EXPECT_NE(st.message().find("ended CANCELLED before TENSOR_O rows ["), std::string::npos)
-        << st;
+    EXPECT_NE(st.message().find("ended CANCELLED before TENSOR_O rows ["), std::string::npos) << st;
     EXPECT_LT(absl::ToDoubleSeconds(ended - cancelled), 1.0);
   }
   // The session serves the next job.
   const TrainingInputs in = RandomInputs(spec, 33);
-  ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
-                  .ok());
+  ASSERT_TRUE(
+      s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
   auto next = s->Run(v1::JOB_FORWARD);
   EXPECT_TRUE(next.ok()) << next.status();
 }
@@ -270,8 +268,8 @@ TEST_F(StreamingOutputsTest, ADownloadAwaitingAFailedJobEndsWithItsError) {
   ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}}).ok());
   client::HostTensor o;
   const absl::Time start = absl::Now();
-  auto st = s->Download(v1::TENSOR_O, &o, Awaiting(job->job_id(), client::TransferPath::kGrpc))
-                .status();
+  auto st =
+      s->Download(v1::TENSOR_O, &o, Awaiting(job->job_id(), client::TransferPath::kGrpc)).status();
   const double took = absl::ToDoubleSeconds(absl::Now() - start);
   // Each worker's own outcome: the one whose wait ran out fails DEADLINE_EXCEEDED; the other is
   // cancelled by the coordinator then, while it waits for V too.
@@ -341,8 +339,8 @@ TEST_F(StreamingOutputsTest, AWaitingDownloadWhoseClientGoesAwayLeavesTheWorkerS
   EXPECT_EQ(ended.load(), kGone);
   // The job completes once its inputs come, its outputs downloadable as usual, and another
   // session runs on the same workers.
-  ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
-                  .ok());
+  ASSERT_TRUE(
+      s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
   auto done = s->Watch(job->job_id(), nullptr);
   ASSERT_TRUE(done.ok()) << done.status();
   client::HostTensor o;
@@ -372,8 +370,8 @@ TEST_F(StreamingOutputsTest, ABackwardOnStreamedDoFormsDInPiecesAndMatchesTheRef
       client::TransferOptions blocks;
       blocks.row_blocks = 4;
       RunResult r;
-      ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
-                      .ok());
+      ASSERT_TRUE(
+          s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
       auto fwd = s->Run(v1::JOB_FORWARD);
       ASSERT_TRUE(fwd.ok()) << fwd.status();
       r.forward = *fwd;
@@ -393,8 +391,8 @@ TEST_F(StreamingOutputsTest, ABackwardOnStreamedDoFormsDInPiecesAndMatchesTheRef
       ExpectMatchesReference(spec, in, r);
 
       // The same backward on a complete dO.
-      ASSERT_TRUE(s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}})
-                      .ok());
+      ASSERT_TRUE(
+          s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
       ASSERT_TRUE(s->Run(v1::JOB_FORWARD).ok());
       ASSERT_TRUE(s->Upload(v1::TENSOR_DO, in.dout).ok());
       auto whole = s->Run(v1::JOB_BACKWARD);
@@ -414,8 +412,8 @@ TEST_F(StreamingOutputsTest, BadAwaitTimeoutsAreRefusedNamingTheField) {
   auto s = NewSession(spec);
   ASSERT_NE(s, nullptr);
   const v1::ShardPlacement& shard = s->info().shards(0);
-  auto stub = v1::Worker::NewStub(
-      grpc::CreateChannel(shard.address(), grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::Worker::NewStub(grpc::CreateChannel(shard.address(), grpc::InsecureChannelCredentials()));
   for (int64_t ms : {int64_t{-1}, int64_t{86'400'001}}) {
     SCOPED_TRACE(ms);
     grpc::ClientContext ctx;

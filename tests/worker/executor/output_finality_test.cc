@@ -5,6 +5,8 @@
 // schedule, the share of owned rows final before the last step (the rows a download can take
 // while the job runs).
 // (A chunked backward's keys are announced at its end whatever the plan says: not covered.)
+#include "worker/executor/output_finality.h"
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,7 +14,6 @@
 #include "core/planner/planner.h"
 #include "core/planner/worker_memory.h"
 #include "gtest/gtest.h"
-#include "worker/executor/output_finality.h"
 
 namespace dfa::executor_internal {
 namespace {
@@ -82,8 +83,8 @@ TEST(OutputFinalityTest, RowsAreAnnouncedOnceAndNeverTouchedAfter) {
             for (int c : seen) EXPECT_LE(c, 1) << schedule << " P=" << P << " worker " << w;
           }
         }
-        std::printf("%-9s P=%d %-8s rows final before the last step: queries %5.1f%%", schedule,
-                    P, forward ? "forward" : "backward",
+        std::printf("%-9s P=%d %-8s rows final before the last step: queries %5.1f%%", schedule, P,
+                    forward ? "forward" : "backward",
                     100.0 * static_cast<double>(early) / static_cast<double>(owned_rows));
         if (!forward) {
           std::printf(", keys %5.1f%%",
