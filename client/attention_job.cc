@@ -145,8 +145,8 @@ absl::StatusOr<v1::Job> AttentionJob::ForwardOnce(ForwardOutputs* out) {
   Outputs outputs = {{v1::TENSOR_O, &out->o}};
   if (options_.download_lse) outputs.push_back({v1::TENSOR_LSE, &out->lse});
   // K, V first: a worker's first sends carry its own K/V rows.
-  return RunAndGather(v1::JOB_FORWARD,
-                      {{v1::TENSOR_K, k_}, {v1::TENSOR_V, v_}, {v1::TENSOR_Q, q_}}, outputs);
+  return RunAndGather(v1::JOB_FORWARD, {{v1::TENSOR_K, k_}, {v1::TENSOR_V, v_}, {v1::TENSOR_Q, q_}},
+                      outputs);
 }
 
 absl::StatusOr<v1::Job> AttentionJob::BackwardOnce(BackwardOutputs* out) {

@@ -345,16 +345,16 @@ absl::StatusOr<TransferStats> Session::Download(v1::TensorKind kind, HostTensor*
     WorkerDataClient& data = DataClient(rank);
     const std::vector<v1::RowRange> owned = Owned(info_.shards(rank));
     if (UseShm(rank, options)) {
-      auto r = data.DownloadShm(kind, owned, options.segment_bytes, t, options.progress,
-                                options.await);
+      auto r =
+          data.DownloadShm(kind, owned, options.segment_bytes, t, options.progress, options.await);
       if (r.ok() || options.path == TransferPath::kSharedMemory) {
         if (r.ok()) stats[static_cast<size_t>(rank)] = *r;
         return r.status();
       }
     }
-    ASSIGN_OR_RETURN(stats[static_cast<size_t>(rank)],
-                     data.DownloadGrpc(kind, owned, options.chunk_bytes, t, options.progress,
-                                       options.await));
+    ASSIGN_OR_RETURN(
+        stats[static_cast<size_t>(rank)],
+        data.DownloadGrpc(kind, owned, options.chunk_bytes, t, options.progress, options.await));
     return absl::OkStatus();
   }));
   TransferStats total;

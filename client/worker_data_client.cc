@@ -283,12 +283,9 @@ absl::Status WorkerDataClient::EnsureSegments(int n, int64_t bytes) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(v1::TensorKind kind,
-                                                            std::span<const v1::RowRange> ranges,
-                                                            int64_t segment_bytes, bool upload,
-                                                            HostTensor* t,
-                                                            const ProgressFn& progress,
-                                                            const OutputAwait& await) {
+absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(
+    v1::TensorKind kind, std::span<const v1::RowRange> ranges, int64_t segment_bytes, bool upload,
+    HostTensor* t, const ProgressFn& progress, const OutputAwait& await) {
   const absl::Time start = absl::Now();
   const HeadSlice hs = heads(kind);
   const int64_t per_row = int64_t{t->batch} * TransitRowBytes(*t, hs);

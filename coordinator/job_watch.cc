@@ -42,9 +42,9 @@ class SubmitCall final : public grpc::ServerUnaryReactor {
     }
     // on_final may run on another thread before Submit returns (a job that fails at once); the
     // reactor lives until OnDone, which comes only after Finish and after this handler returns.
-    absl::StatusOr<v1::Job> job =
-        jobs_->Submit(*std::move(session), request.kind(), [this](const v1::Job& j) { Done(j); },
-                      request.inputs_streaming(), request.outputs_streaming());
+    absl::StatusOr<v1::Job> job = jobs_->Submit(
+        *std::move(session), request.kind(), [this](const v1::Job& j) { Done(j); },
+        request.inputs_streaming(), request.outputs_streaming());
     if (!job.ok()) return Fail(job.status());
     bool cancel = false;
     {

@@ -262,12 +262,12 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   // flight, and the call cannot be done before Finish, which only that thread calls.
   void Await(int b, const RowRange& r) {
     std::thread([this, b, r] {
-      const absl::Status st =
-          AwaitOutputRows(session_.get(), req_.await_job_id(), req_.kind(), r, await_timeout_,
-                          [this] {
-                            if (ticket_) ticket_->Touch();  // waiting is not idle
-                            return gone_.load();
-                          });
+      auto gone = [this] {
+        if (ticket_) ticket_->Touch();  // waiting is not idle
+        return gone_.load();
+      };
+      const absl::Status st = AwaitOutputRows(session_.get(), req_.await_job_id(), req_.kind(), r,
+                                              await_timeout_, gone);
       if (!st.ok()) {
         End(st);
         return;

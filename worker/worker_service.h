@@ -20,10 +20,10 @@
 #include <string>
 
 #include "dfa/v1/worker.grpc.pb.h"
+#include "worker/client_groups.h"
 #include "worker/data_plane_reactors.h"
 #include "worker/job_runner.h"
 #include "worker/memory_budget.h"
-#include "worker/client_groups.h"
 #include "worker/session_registry.h"
 #include "worker/worker_metrics.h"
 

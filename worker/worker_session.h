@@ -30,8 +30,8 @@
 #include "worker/executor/session_storage.h"
 #include "worker/session_admission.h"
 #include "worker/session_mask.h"
-#include "worker/transport/session_transport.h"
 #include "worker/shm_mappings.h"
+#include "worker/transport/session_transport.h"
 
 namespace dfa {
 

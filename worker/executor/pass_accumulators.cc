@@ -146,8 +146,7 @@ absl::Status PassAccumulators::EnsureDelta(int64_t first, int64_t end) {
     ++counts.delta_launches;
     RETURN_IF_ERROR(ctx_.backend->ComputeDelta(BatchOf(st->dout(), b).Slice(l0, n),
                                                BatchOf(st->o(), b).Slice(l0, n),
-                                               BatchOf(st->delta(), b).Slice(l0, n),
-                                               ctx_.stream));
+                                               BatchOf(st->delta(), b).Slice(l0, n), ctx_.stream));
     std::fill(delta_ready_.begin() + i, delta_ready_.begin() + j, 1);
     i = j;
   }
@@ -175,10 +174,10 @@ absl::Status PassAccumulators::PrepareQueries(const RowRange& local) {
       while (j < end && !dq_zeroed_[static_cast<size_t>(j)]) ++j;
       // dQ rows [i, j) lie over O rows [overlay i, overlay j): their D first.
       RETURN_IF_ERROR(EnsureDelta(overlay_ * i, overlay_ * j));
-      RETURN_IF_ERROR(Launch(&counts.other_launches,
-                             ctx_.backend->Memset(static_cast<char*>(dq.data) + i * row_bytes, 0,
-                                                  static_cast<size_t>((j - i) * row_bytes),
-                                                  ctx_.stream)));
+      RETURN_IF_ERROR(
+          Launch(&counts.other_launches,
+                 ctx_.backend->Memset(static_cast<char*>(dq.data) + i * row_bytes, 0,
+                                      static_cast<size_t>((j - i) * row_bytes), ctx_.stream)));
       std::fill(dq_zeroed_.begin() + i, dq_zeroed_.begin() + j, 1);
       i = j;
     }
@@ -250,12 +249,14 @@ absl::Status PassAccumulators::FinishChunk(int64_t c) {
   const int64_t n = std::min(chunk_rows_, st->rows() - begin);
   StepStats unattributed;
   StepStats& counts = ctx_.cur != nullptr ? *ctx_.cur : unattributed;
-  RETURN_IF_ERROR(Launch(&counts.other_launches,
-                         ctx_.backend->Convert(ChunkView(chunk_dk_->get(), ctx_.shape, chunk_rows_, 0, n),
-                                               st->k().Slice(begin, n), ctx_.stream)));
-  RETURN_IF_ERROR(Launch(&counts.other_launches,
-                         ctx_.backend->Convert(ChunkView(chunk_dv_->get(), ctx_.shape, chunk_rows_, 0, n),
-                                               st->v().Slice(begin, n), ctx_.stream)));
+  RETURN_IF_ERROR(
+      Launch(&counts.other_launches,
+             ctx_.backend->Convert(ChunkView(chunk_dk_->get(), ctx_.shape, chunk_rows_, 0, n),
+                                   st->k().Slice(begin, n), ctx_.stream)));
+  RETURN_IF_ERROR(
+      Launch(&counts.other_launches,
+             ctx_.backend->Convert(ChunkView(chunk_dv_->get(), ctx_.shape, chunk_rows_, 0, n),
+                                   st->v().Slice(begin, n), ctx_.stream)));
   chunk_done_[static_cast<size_t>(c)] = true;
   live_chunk_ = -1;
   return absl::OkStatus();

@@ -23,8 +23,8 @@
 #include "core/planner/plan.h"
 #include "core/status.h"
 #include "kernels/attention_backend.h"
-#include "worker/executor/pass_buffers.h"
 #include "worker/executor/output_gate.h"
+#include "worker/executor/pass_buffers.h"
 #include "worker/executor/pass_context.h"
 
 namespace dfa::executor_internal {

@@ -22,8 +22,8 @@ namespace dfa {
 namespace {
 
 using executor_internal::Buffer;
-using executor_internal::GlobalRows;
 using executor_internal::FinalRowsByStep;
+using executor_internal::GlobalRows;
 using executor_internal::OutputFinality;
 using executor_internal::PassAccumulators;
 using executor_internal::PassBuffers;
@@ -40,8 +40,11 @@ class PassRunner {
   PassRunner(AttentionBackend* backend, Transport* transport, SessionStorage* storage,
              const ExecutorOptions& options, const Plan& plan, bool fwd)
       : run_(CutTransfers(plan, options.transfer_cut)),
-        ctx_(backend, transport, storage, options, run_, fwd), buffers_(&ctx_),
-        groups_(&ctx_, &buffers_), acc_(&ctx_), compute_(&ctx_, &buffers_, &acc_) {
+        ctx_(backend, transport, storage, options, run_, fwd),
+        buffers_(&ctx_),
+        groups_(&ctx_, &buffers_),
+        acc_(&ctx_),
+        compute_(&ctx_, &buffers_, &acc_) {
     ctx_.acc = &acc_;
   }
 

@@ -58,12 +58,12 @@
 #include "absl/time/time.h"
 #include "core/planner/plan.h"
 #include "core/planner/worker_memory.h"
-#include "kernels/attention_backend.h"
 #include "core/status.h"
+#include "core/transport.h"
+#include "kernels/attention_backend.h"
 #include "worker/executor/input_gate.h"
 #include "worker/executor/output_gate.h"
 #include "worker/executor/session_storage.h"
-#include "core/transport.h"
 
 namespace dfa {
 
