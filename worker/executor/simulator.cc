@@ -1,9 +1,11 @@
 #include "worker/executor/simulator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/planner/plan_checker.h"
@@ -40,6 +42,97 @@ absl::Status Move(AttentionBackend& b, const TensorView& global, const TensorVie
   }
   return absl::OkStatus();
 }
+
+// Streamed passes (SimulationOptions::streamed): the inputs are all there.
+class PresentInputs final : public InputGate {
+ public:
+  absl::Status WaitRows(InputTensor, const RowRange&, absl::Duration,
+                        const std::atomic<bool>*) override {
+    return absl::OkStatus();
+  }
+};
+
+// Streamed passes: keeps the bytes of every row announced final, for Check at the pass's end.
+class SnapshotOutputs final : public OutputGate {
+ public:
+  SnapshotOutputs(AttentionBackend* backend, const SessionStorage* storage)
+      : backend_(backend), storage_(storage) {}
+  void set_forward(bool forward) {
+    forward_ = forward;
+    snaps_.clear();
+  }
+  void RowsFinal(OutputSide side, const RowRange& rows) override {
+    Snap snap{side, rows, {}};
+    absl::StatusOr<int64_t> local = storage_->LocalRow(rows);
+    if (!local.ok()) {
+      error_ = local.status();
+      return;
+    }
+    snap.bytes = Read(side, *local, rows.size());
+    snaps_.push_back(std::move(snap));
+  }
+  // OK when every announced row still holds what it held when announced.
+  absl::Status Check(int worker) const {
+    RETURN_IF_ERROR(error_);
+    for (const Snap& s : snaps_) {
+      const int64_t local = *storage_->LocalRow(s.rows);
+      if (Read(s.side, local, s.rows.size()) != s.bytes) {
+        return absl::InternalError(absl::StrCat(
+            "worker ", worker, " ", forward_ ? "forward" : "backward",
+            s.side == OutputSide::kKeys ? " key" : " query", " rows [", s.rows.begin, ", ",
+            s.rows.end, ") changed after they were announced final"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Snap {
+    OutputSide side;
+    RowRange rows;
+    std::vector<uint8_t> bytes;
+  };
+  // The rows' bytes of every tensor of `side`: O and LSE (forward), dQ (in Q's slot), or dK, dV.
+  std::vector<uint8_t> Read(OutputSide side, int64_t local, int64_t n) const {
+    std::vector<TensorView> views;
+    if (side == OutputSide::kKeys) {
+      views = {storage_->dk(), storage_->dv()};
+    } else {
+      views = {forward_ ? storage_->o() : storage_->dq()};
+    }
+    std::vector<uint8_t> out;
+    for (const TensorView& v : views) {
+      const int64_t elem = DTypeSize(v.dtype);
+      for (int b = 0; b < v.batch; ++b) {
+        const size_t at = out.size(), bytes = static_cast<size_t>(n * v.RowStride() * elem);
+        out.resize(at + bytes);
+        const char* src = static_cast<const char*>(v.data) +
+                          (b * v.BatchStride() + local * v.RowStride()) * elem;
+        (void)backend_->Copy(out.data() + at, src, bytes,
+                             AttentionBackend::CopyKind::kDeviceToHost, nullptr);
+      }
+    }
+    if (forward_ && side == OutputSide::kQueries) {
+      const RowStatView lse = storage_->lse();
+      for (int b = 0; b < lse.batch; ++b) {
+        for (int h = 0; h < lse.heads; ++h) {
+          const size_t at = out.size(), bytes = static_cast<size_t>(n * 4);
+          out.resize(at + bytes);
+          const float* src = lse.data + b * lse.BatchStride() + h * lse.HeadStride() + local;
+          (void)backend_->Copy(out.data() + at, src, bytes,
+                               AttentionBackend::CopyKind::kDeviceToHost, nullptr);
+        }
+      }
+    }
+    return out;
+  }
+
+  AttentionBackend* const backend_;
+  const SessionStorage* const storage_;
+  bool forward_ = true;
+  std::vector<Snap> snaps_;
+  absl::Status error_;
+};
 
 absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const SimulationInputs& in,
                        const SimulationOptions& opt, std::unique_ptr<Transport> transport,
@@ -94,9 +187,16 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
     }
     eo.mask_intervals = {base, base + n, base + 2 * n, base + 3 * n, a.seq};
   }
+  PresentInputs present;
+  SnapshotOutputs announced(backend.get(), st.get());
+  if (opt.streamed) {
+    eo.inputs = &present;
+    eo.outputs = &announced;
+  }
   PlanExecutor ex(backend.get(), transport.get(), st.get(), eo);
   // Measured from here: the session's storage and what its passes allocate.
   ASSIGN_OR_RETURN(out->forward[w], ex.RunForward(plan));
+  RETURN_IF_ERROR(announced.Check(w));
   out->peak_bytes[w] = backend->peak_bytes();
   out->forward_peak_bytes[w] = backend->peak_bytes() - st->bytes() - mask_bytes;
   RETURN_IF_ERROR(Move(*backend, Global(out->out, shape, S, hq, q0, nq), st->o(), *st, false));
@@ -117,7 +217,9 @@ absl::Status RunWorker(const Plan& plan, const AttentionShape& shape, const Simu
   if (in.dout.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(Move(*backend, Global(in.dout, shape, S, hq, q0, nq), st->dout(), *st, true));
   backend->ResetPeak();
+  announced.set_forward(false);
   ASSIGN_OR_RETURN(out->backward[w], ex.RunBackward(plan));
+  RETURN_IF_ERROR(announced.Check(w));
   out->peak_bytes[w] = std::max(out->peak_bytes[w], backend->peak_bytes());
   out->backward_peak_bytes[w] = backend->peak_bytes() - st->bytes() - mask_bytes;
   RETURN_IF_ERROR(Move(*backend, Global(out->dq, shape, S, hq, q0, nq), st->dq(), *st, false));

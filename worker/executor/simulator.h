@@ -48,6 +48,11 @@ struct SimulationOptions {
   int64_t step_tokens = kDefaultStepTokens;
   // How the executors cut transfers into steps (and admission counts them): ExecutorOptions.
   TransferCut transfer_cut;
+  // Run each pass as a streamed job runs (ExecutorOptions::inputs and ::outputs set): every
+  // input row already present (so the backward forms D range by range), and every row the pass
+  // announces final checked against the end of the pass: the bytes the rows held when announced
+  // must be the bytes they end with (INTERNAL naming the worker, pass and rows otherwise).
+  bool streamed = false;
 };
 
 // INVALID_ARGUMENT for inputs of the wrong size, a bad shape or a worker's kv head range outside

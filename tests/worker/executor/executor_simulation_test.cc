@@ -228,6 +228,19 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
   }
   absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in, opt);
   ASSERT_TRUE(sim.ok()) << sim.status();
+  // Streamed (inputs gated: D formed range by range; outputs announced as their rows finish,
+  // each announced row unchanged to the end): bitwise the same results.
+  {
+    SimulationOptions streamed = opt;
+    streamed.streamed = true;
+    absl::StatusOr<SimulationResult> s2 = Simulate(*plan, shape, in, streamed);
+    ASSERT_TRUE(s2.ok()) << s2.status();
+    EXPECT_EQ(s2->out, sim->out) << "streamed output";
+    EXPECT_EQ(s2->lse, sim->lse) << "streamed lse";
+    EXPECT_EQ(s2->dq, sim->dq) << "streamed dq";
+    EXPECT_EQ(s2->dk, sim->dk) << "streamed dk";
+    EXPECT_EQ(s2->dv, sim->dv) << "streamed dv";
+  }
 
   reference::Problem pr;
   pr.q = HostView(in.q, shape.batch, S, shape.q_heads, shape.head_dim);
@@ -291,6 +304,15 @@ TEST(SimulationBf16Test, BalancedP5MatchesReferenceOnRoundedInputs) {
   }
   absl::StatusOr<SimulationResult> sim = Simulate(*plan, shape, in);
   ASSERT_TRUE(sim.ok()) << sim.status();
+  // Streamed: D range by range (a bf16 O row is half a dQ row), outputs announced early.
+  SimulationOptions streamed;
+  streamed.streamed = true;
+  absl::StatusOr<SimulationResult> s2 = Simulate(*plan, shape, in, streamed);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_EQ(s2->out, sim->out);
+  EXPECT_EQ(s2->dq, sim->dq);
+  EXPECT_EQ(s2->dk, sim->dk);
+  EXPECT_EQ(s2->dv, sim->dv);
   reference::Problem pr;
   pr.q = HostView(in.q, 1, S, 4, 16);
   pr.k = HostView(in.k, 1, S, 2, 16);
