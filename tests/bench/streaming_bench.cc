@@ -11,6 +11,7 @@
 //
 // usage: dfa-streaming-bench [seq=4096] [q_heads=8] [kv_heads=8] [head_dim=64] [repeats=3]
 //                            [backend=cpu] [workers=2] [threads=1]
+// GPU backends: the workers share the device, each limited to 0.9 / workers of its memory.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/attention_job.h"
 #include "client/local_cluster.h"
@@ -54,6 +56,10 @@ int Main(int argc, char** argv) {
   co.workers = workers;
   co.backend = backend;
   co.threads_per_worker = threads;
+  // GPU workers on one device share it: each takes an equal part of 90% of its memory.
+  if (backend != "cpu") {
+    co.worker_args.push_back(absl::StrCat("--device_memory_limit=", 0.9 / std::max(workers, 1)));
+  }
   auto cluster = client::LocalCluster::Start(co);
   if (!cluster.ok()) {
     std::fprintf(stderr, "cluster: %s\n", cluster.status().ToString().c_str());
