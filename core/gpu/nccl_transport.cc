@@ -119,9 +119,19 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
   absl::MutexLock lock(&comm_mu_);
   const absl::Time deadline = absl::Now() + options.init_timeout;
   ncclComm_t comm = nullptr;
-  NCCL_RETURN_IF_ERROR(ncclCommInitRankConfig(&comm, size_, id, rank_, &config));
+  // NCCL's "invalid usage" at init is most often two ranks of the communicator on one GPU
+  // (two workers of a session started on the same device): say so beside NCCL's reason.
+  auto explain = [&](absl::Status st) {
+    if (st.code() != absl::StatusCode::kInvalidArgument) return st;
+    return absl::InvalidArgumentError(absl::StrCat(
+        st.message(), " (rank ", rank_, " of ", size_, " on device ", device_,
+        "; NCCL refuses two ranks of one communicator on one GPU: every worker of a session "
+        "needs a device of its own)"));
+  };
+  RETURN_IF_ERROR(explain(NcclStatus(ncclCommInitRankConfig(&comm, size_, id, rank_, &config),
+                                     "ncclCommInitRankConfig")));
   comms_[0] = comm;
-  absl::Status st = AwaitComm(comms_[0], deadline, "ncclCommInitRankConfig");
+  absl::Status st = explain(AwaitComm(comms_[0], deadline, "ncclCommInitRankConfig"));
   if (st.ok() && lanes_ == 2) {
     // The second lane: same ranks, its own communicator (collective over the group).
     ncclComm_t second = nullptr;
