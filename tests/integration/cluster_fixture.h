@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "client/attention_job.h"
 #include "client/client.h"
 #include "client/local_cluster.h"
@@ -44,5 +46,49 @@ RunResult RunTraining(client::Client* c, const v1::AttentionSpec& spec, int num_
 // Compares O, LSE, dQ, dK, dV with the single-device CPU computation (EXPECT per tensor).
 void ExpectMatchesReference(const v1::AttentionSpec& spec, const TrainingInputs& in,
                             const RunResult& r);
+
+// A suite whose tests share one cluster of 2 one-thread CPU workers started once for the suite
+// with --step_timeout_s=kStepTimeoutS, each test with a client of its own; every test skips when
+// the daemon binaries are not built. Suite: the derived fixture (one cluster per suite).
+template <typename Suite, int kStepTimeoutS>
+class TwoWorkerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    client::LocalClusterOptions o;
+    o.workers = 2;
+    o.threads_per_worker = 1;
+    o.start_timeout = absl::Seconds(20);
+    o.worker_args = {absl::StrCat("--step_timeout_s=", kStepTimeoutS)};
+    auto c = client::LocalCluster::Start(o);
+    if (c.status().code() == absl::StatusCode::kNotFound) return;  // daemons not built
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c).release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    if (cluster_ == nullptr) GTEST_SKIP() << "dfa-coordinator / dfa-worker not built";
+    auto c = client::Client::Connect(cluster_->client_options());
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+  }
+
+  // A session of the suite's 2 workers ("": the default schedule).
+  std::unique_ptr<client::Session> NewSession(const v1::AttentionSpec& spec,
+                                              const std::string& schedule = "") {
+    client::SessionOptions o;
+    o.spec = spec;
+    o.num_workers = 2;
+    o.schedule = schedule;
+    auto s = client_->CreateSession(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  static inline client::LocalCluster* cluster_ = nullptr;
+  std::unique_ptr<client::Client> client_;
+};
 
 }  // namespace dfa::testing

@@ -25,44 +25,7 @@ client::RunOptions Streaming(client::RunCancel* cancel = nullptr) {
   return r;
 }
 
-class StreamingInputsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    client::LocalClusterOptions o;
-    o.workers = 2;
-    o.threads_per_worker = 1;
-    o.start_timeout = absl::Seconds(20);
-    o.worker_args = {absl::StrCat("--step_timeout_s=", kStepTimeoutS)};
-    auto c = client::LocalCluster::Start(o);
-    if (c.status().code() == absl::StatusCode::kNotFound) return;  // daemons not built
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = std::move(*c).release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override {
-    if (cluster_ == nullptr) GTEST_SKIP() << "dfa-coordinator / dfa-worker not built";
-    auto c = client::Client::Connect(cluster_->client_options());
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = std::move(*c);
-  }
-
-  std::unique_ptr<client::Session> NewSession(const v1::AttentionSpec& spec) {
-    client::SessionOptions o;
-    o.spec = spec;
-    o.num_workers = 2;
-    auto s = client_->CreateSession(o);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? std::move(*s) : nullptr;
-  }
-
-  static client::LocalCluster* cluster_;
-  std::unique_ptr<client::Client> client_;
-};
-
-client::LocalCluster* StreamingInputsTest::cluster_ = nullptr;
+class StreamingInputsTest : public TwoWorkerSuite<StreamingInputsTest, kStepTimeoutS> {};
 
 // The job is submitted, and runs, before a single input row exists on the workers; the inputs
 // come 300 ms later. Forward and backward equal the single-device reference.

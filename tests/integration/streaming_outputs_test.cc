@@ -24,46 +24,7 @@ namespace {
 // A job waiting for inputs that never come fails after this (dfa-worker --step_timeout_s).
 constexpr int kStepTimeoutS = 4;
 
-class StreamingOutputsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    client::LocalClusterOptions o;
-    o.workers = 2;
-    o.threads_per_worker = 1;
-    o.start_timeout = absl::Seconds(20);
-    o.worker_args = {absl::StrCat("--step_timeout_s=", kStepTimeoutS)};
-    auto c = client::LocalCluster::Start(o);
-    if (c.status().code() == absl::StatusCode::kNotFound) return;  // daemons not built
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = std::move(*c).release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override {
-    if (cluster_ == nullptr) GTEST_SKIP() << "dfa-coordinator / dfa-worker not built";
-    auto c = client::Client::Connect(cluster_->client_options());
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = std::move(*c);
-  }
-
-  std::unique_ptr<client::Session> NewSession(const v1::AttentionSpec& spec,
-                                              const std::string& schedule = "") {
-    client::SessionOptions o;
-    o.spec = spec;
-    o.num_workers = 2;
-    o.schedule = schedule;
-    auto s = client_->CreateSession(o);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? std::move(*s) : nullptr;
-  }
-
-  static client::LocalCluster* cluster_;
-  std::unique_ptr<client::Client> client_;
-};
-
-client::LocalCluster* StreamingOutputsTest::cluster_ = nullptr;
+class StreamingOutputsTest : public TwoWorkerSuite<StreamingOutputsTest, kStepTimeoutS> {};
 
 client::TransferOptions Awaiting(const std::string& job_id, client::TransferPath path,
                                  absl::Duration timeout = absl::Seconds(20)) {
