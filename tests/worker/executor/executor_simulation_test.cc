@@ -23,6 +23,7 @@ namespace {
 
 using testing_util::HostView;
 using testing_util::Random;
+using testing_util::ReferenceProblem;
 using testing_util::WorstError;
 
 using Param = std::tuple<std::string, int, bool>;  // schedule, workers, causal
@@ -242,12 +243,8 @@ TEST_P(SimulationTest, MatchesSingleDeviceAttention) {
     EXPECT_EQ(s2->dv, sim->dv) << "streamed dv";
   }
 
-  reference::Problem pr;
-  pr.q = HostView(in.q, shape.batch, S, shape.q_heads, shape.head_dim);
-  pr.k = HostView(in.k, shape.batch, S, shape.kv_heads, shape.head_dim);
-  pr.v = HostView(in.v, shape.batch, S, shape.kv_heads, shape.head_dim);
-  pr.mask = causal ? MaskKind::kCausal : MaskKind::kFull;
-  pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
+  reference::Problem pr =
+      ReferenceProblem(in, shape, shape.batch, S, causal ? MaskKind::kCausal : MaskKind::kFull);
   absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
   ASSERT_TRUE(ref.ok()) << ref.status();
   absl::StatusOr<reference::Gradients> grads =

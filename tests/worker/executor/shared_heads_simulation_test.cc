@@ -21,6 +21,7 @@ namespace {
 
 using testing_util::HostView;
 using testing_util::Random;
+using testing_util::ReferenceProblem;
 using testing_util::WorstError;
 
 // Simulates `plan` at `shape` and compares it with the fp64 reference; returns the bytes its
@@ -40,12 +41,8 @@ int64_t ExpectExact(const Plan& plan, const AttentionShape& shape, int64_t S, bo
   absl::StatusOr<SimulationResult> sim = Simulate(plan, shape, in, opt);
   EXPECT_TRUE(sim.ok()) << sim.status();
   if (!sim.ok()) return 0;
-  reference::Problem pr;
-  pr.q = HostView(in.q, shape.batch, S, shape.q_heads, shape.head_dim);
-  pr.k = HostView(in.k, shape.batch, S, shape.kv_heads, shape.head_dim);
-  pr.v = HostView(in.v, shape.batch, S, shape.kv_heads, shape.head_dim);
-  pr.mask = causal ? MaskKind::kCausal : MaskKind::kFull;
-  pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
+  reference::Problem pr =
+      ReferenceProblem(in, shape, shape.batch, S, causal ? MaskKind::kCausal : MaskKind::kFull);
   absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
   EXPECT_TRUE(ref.ok()) << ref.status();
   absl::StatusOr<reference::Gradients> grads =

@@ -47,19 +47,27 @@ inline double WorstError(const std::vector<float>& got, const std::vector<double
   return worst;
 }
 
+// The fp64 reference problem of the simulation inputs `in` (`batch` rows of `seq` tokens) under
+// `mask` (kIntervals: set spec and seq on the result), scaled by 1 / sqrt(head_dim).
+inline reference::Problem ReferenceProblem(SimulationInputs& in, const AttentionShape& shape,
+                                           int batch, int64_t seq, MaskKind mask) {
+  reference::Problem pr;
+  pr.q = HostView(in.q, batch, seq, shape.q_heads, shape.head_dim);
+  pr.k = HostView(in.k, batch, seq, shape.kv_heads, shape.head_dim);
+  pr.v = HostView(in.v, batch, seq, shape.kv_heads, shape.head_dim);
+  pr.mask = mask;
+  pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
+  return pr;
+}
+
 // The simulated forward and backward of one batch row of `seq` tokens under `mask` against the
 // fp64 reference (output and LSE within 1e-5 + 1e-4 relative, gradients 1e-4 + 1e-3).
 inline void ExpectMatchesMaskedReference(const SimulationResult& sim, SimulationInputs& in,
                                          const AttentionShape& shape, const MaskSpec& mask,
                                          int64_t seq) {
-  reference::Problem pr;
-  pr.q = HostView(in.q, 1, seq, shape.q_heads, shape.head_dim);
-  pr.k = HostView(in.k, 1, seq, shape.kv_heads, shape.head_dim);
-  pr.v = HostView(in.v, 1, seq, shape.kv_heads, shape.head_dim);
-  pr.mask = MaskKind::kIntervals;
+  reference::Problem pr = ReferenceProblem(in, shape, 1, seq, MaskKind::kIntervals);
   pr.spec = &mask;
   pr.seq = seq;
-  pr.scale = 1.0 / std::sqrt(double(shape.head_dim));
   absl::StatusOr<reference::ForwardResult> ref = reference::Forward(pr);
   ASSERT_TRUE(ref.ok()) << ref.status();
   absl::StatusOr<reference::Gradients> grads =
