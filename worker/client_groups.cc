@@ -91,10 +91,7 @@ absl::Status ValidateClientGroupTransfer(const WorkerSession& s,
                                          const v1::ClientGroupTransferRequest& req,
                                          int64_t* local_row) {
   const v1::TensorKind kind = req.kind();
-  if (kind < v1::TENSOR_Q || kind > v1::TENSOR_DV) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind = ", static_cast<int>(kind), " is not a tensor kind"));
-  }
+  RETURN_IF_ERROR(session_tensors::CheckKnownKind(kind));
   if (req.upload() && !IsUploadKind(kind)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kind = ", KindName(kind), ": only TENSOR_Q, TENSOR_K, TENSOR_V and TENSOR_DO can be "

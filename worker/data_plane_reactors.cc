@@ -177,9 +177,8 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       if (req_.await_job_id().empty()) {
         RETURN_IF_ERROR(CheckIdle(*session_));
         RETURN_IF_ERROR(CheckReadable(*session_, req_.kind()));
-      } else if (!session_tensors::IsKnownKind(req_.kind())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("kind = ", static_cast<int>(req_.kind()), " is not a tensor kind"));
+      } else {
+        RETURN_IF_ERROR(session_tensors::CheckKnownKind(req_.kind()));
       }
       ASSIGN_OR_RETURN(pieces_, ResolveRows(*session_, req_.rows(), "rows"));
     }

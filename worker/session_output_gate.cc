@@ -70,10 +70,7 @@ absl::StatusOr<bool> OutputRowsReady(const WorkerSession& s, const std::string& 
     return true;
   };
   if (job_id.empty()) return plain();
-  if (!session_tensors::IsKnownKind(kind)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind = ", static_cast<int>(kind), " is not a tensor kind"));
-  }
+  RETURN_IF_ERROR(session_tensors::CheckKnownKind(kind));
   const OutputProgress& p = s.outputs;
   if (s.job_running && s.running_job_id == job_id) {
     if (!OutputOf(s.running_kind, kind)) {

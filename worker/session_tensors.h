@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 #include "worker/worker_session.h"
 
 namespace dfa::session_tensors {
@@ -15,6 +16,12 @@ namespace dfa::session_tensors {
 inline std::string KindName(v1::TensorKind k) { return v1::TensorKind_Name(k); }
 
 inline bool IsKnownKind(v1::TensorKind k) { return k >= v1::TENSOR_Q && k <= v1::TENSOR_DV; }
+// INVALID_ARGUMENT naming `kind` when it is none of the tensor kinds.
+inline absl::Status CheckKnownKind(v1::TensorKind kind) {
+  if (IsKnownKind(kind)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("kind = ", static_cast<int>(kind), " is not a tensor kind"));
+}
 
 // The kinds a client uploads.
 inline bool IsUploadKind(v1::TensorKind k) {
@@ -74,10 +81,7 @@ inline absl::Status CheckUploadable(const WorkerSession& s, v1::TensorKind kind)
 // OK when `kind` may be downloaded now; INVALID_ARGUMENT for an unknown kind,
 // FAILED_PRECONDITION before its job ran or after the backward consumed it.
 inline absl::Status CheckReadable(const WorkerSession& s, v1::TensorKind kind) {
-  if (!IsKnownKind(kind)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind = ", static_cast<int>(kind), " is not a tensor kind"));
-  }
+  RETURN_IF_ERROR(CheckKnownKind(kind));
   const bool input = kind == v1::TENSOR_Q || kind == v1::TENSOR_K || kind == v1::TENSOR_V;
   if (s.inputs_consumed && (kind == v1::TENSOR_O || input)) {
     return absl::FailedPreconditionError(absl::StrCat(

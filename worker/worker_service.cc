@@ -171,9 +171,8 @@ absl::Status WorkerServiceImpl::DoShm(const v1::SharedMemoryTransferRequest& req
   } else if (!req.upload()) {
     // The rows of a job that may still run: wait until they are final (or its error).
     RETURN_IF_ERROR(AwaitOutputRows(s.get(), await, req.kind(), rows, await_timeout, gone));
-  } else if (req.kind() < v1::TENSOR_Q || req.kind() > v1::TENSOR_DV) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind = ", static_cast<int>(req.kind()), " is not a tensor kind"));
+  } else {
+    RETURN_IF_ERROR(session_tensors::CheckKnownKind(req.kind()));
   }
   const int64_t need = rows.size() > 0 ? BlockBytes(*s, req.kind(), rows) : 0;
   // Only segments this worker made for the session (worker/shm_mappings.h), size checked.

@@ -108,10 +108,7 @@ absl::Status ValidateDeviceTransfer(const WorkerSession& s, const v1::DeviceTran
                      ": only TENSOR_Q, TENSOR_K, TENSOR_V and TENSOR_DO can be "
                      "uploaded"));
   }
-  if (kind < v1::TENSOR_Q || kind > v1::TENSOR_DV) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind = ", static_cast<int>(kind), " is not a tensor kind"));
-  }
+  RETURN_IF_ERROR(session_tensors::CheckKnownKind(kind));
   const RowRange rows{req.rows().begin(), req.rows().end()};
   if (rows.begin < 0 || rows.end <= rows.begin) {
     return absl::InvalidArgumentError(absl::StrCat("rows = ", RangeStr(rows.begin, rows.end),
