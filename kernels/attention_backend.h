@@ -15,7 +15,9 @@
 // backend (use the backend's Alloc/Copy). Arguments are checked; a bad argument returns
 // INVALID_ARGUMENT naming the field and writes nothing.
 // Thread safety: a backend object may be used from one thread at a time; its kernels may use
-// many threads (cpu) or run asynchronously on `stream` (cuda).
+// many threads (cpu) or run asynchronously on `stream` (cuda). The exception: Copy, Memset and
+// Synchronize on a stream of the caller's own (CreateStream) may run on other threads while
+// one thread computes (a worker's data plane moves a session's rows while its job runs).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/mask.h"
@@ -166,6 +169,47 @@ class AttentionBackend {
   virtual absl::Status Memset(void* dst, int value, size_t bytes, void* stream) = 0;
   // Waits for all work queued on `stream` (no-op for cpu).
   virtual absl::Status Synchronize(void* stream) = 0;
+  // A stream of the caller's own, for work that must neither wait for nor hold up the work of
+  // other streams (cuda: a non-blocking stream, so not even the default stream orders it).
+  // nullptr (the default stream) where the backend has no streams (cpu).
+  virtual absl::StatusOr<void*> CreateStream() { return nullptr; }
+  // Work still queued on `stream` completes; the stream is gone after it.
+  virtual void DestroyStream(void* stream) { (void)stream; }
+};
+
+// A stream from CreateStream, destroyed with the object (before its backend).
+class OwnedStream {
+ public:
+  OwnedStream() = default;
+  static absl::StatusOr<OwnedStream> Create(AttentionBackend* backend) {
+    ASSIGN_OR_RETURN(void* s, backend->CreateStream());
+    OwnedStream out;
+    out.backend_ = backend;
+    out.stream_ = s;
+    return out;
+  }
+  OwnedStream(OwnedStream&& o) noexcept { *this = std::move(o); }
+  OwnedStream& operator=(OwnedStream&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      backend_ = std::exchange(o.backend_, nullptr);
+      stream_ = std::exchange(o.stream_, nullptr);
+    }
+    return *this;
+  }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  ~OwnedStream() { Reset(); }
+  void* get() const { return stream_; }
+
+ private:
+  void Reset() {
+    if (backend_ != nullptr && stream_ != nullptr) backend_->DestroyStream(stream_);
+    backend_ = nullptr;
+    stream_ = nullptr;
+  }
+  AttentionBackend* backend_ = nullptr;
+  void* stream_ = nullptr;
 };
 
 // Creates a backend by name: "cpu", "cuda", "cudnn" (cuDNN's fused attention where it can run a

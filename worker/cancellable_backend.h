@@ -60,6 +60,8 @@ class CancellableBackend final : public AttentionBackend {
     return inner_->Memset(dst, value, bytes, stream);
   }
   absl::Status Synchronize(void* stream) override { return inner_->Synchronize(stream); }
+  absl::StatusOr<void*> CreateStream() override { return inner_->CreateStream(); }
+  void DestroyStream(void* stream) override { inner_->DestroyStream(stream); }
 
   AttentionBackend* inner() const { return inner_.get(); }
 

@@ -151,10 +151,16 @@ absl::StatusOr<v1::WorkerJobStats> JobRunner::Run(const v1::RunJobRequest& req,
       if (s->mask != nullptr) opts.mask_intervals = s->mask->intervals();
       if (req.inputs_streaming()) opts.inputs = &gate;
       if (req.outputs_streaming()) opts.outputs = &outputs;
+      // Computes on the session's own stream, so the data plane's copies (io_stream) run
+      // beside them instead of queueing behind them.
+      opts.compute_stream = s->compute_stream.get();
       PlanExecutor executor(s->backend.get(), *transport, s->storage.get(), opts);
       executor_start = absl::Now();
       ran_executor = true;
       result = forward ? executor.RunForward(s->plan) : executor.RunBackward(s->plan);
+      // The default stream's synchronisation: the device memory the pass released is reusable.
+      const absl::Status reclaimed = s->backend->Synchronize(nullptr);
+      if (result.ok() && !reclaimed.ok()) result = reclaimed;
     }
   }
   const absl::Time executor_end = absl::Now();

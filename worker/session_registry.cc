@@ -134,6 +134,8 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
     s->backend = std::make_unique<CancellableBackend>(std::move(s->backend), &s->cancel,
                                                       cancel_piece_flops_);
   }
+  ASSIGN_OR_RETURN(s->compute_stream, OwnedStream::Create(s->backend.get()));
+  ASSIGN_OR_RETURN(s->io_stream, OwnedStream::Create(s->backend.get()));
   s->step_tokens = step_tokens_;
   ASSIGN_OR_RETURN(s->storage,
                    SessionStorage::Create(s->backend.get(), shape, owned, memory.layout));

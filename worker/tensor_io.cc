@@ -44,18 +44,20 @@ void Invalidate(WorkerSession* s, v1::TensorKind kind) {
   s->backward_done = false;
 }
 
-// Copies n rows of batch b between the storage and a transit buffer (toward the storage when
-// `upload`), converting fp32 storage to the client's dtype where they differ.
-absl::Status MoveRows(WorkerSession* s, v1::TensorKind kind, int b, int64_t local_row, int64_t n,
-                      uint8_t* transit, bool upload) {
+// Queues on the session's io stream the copies of n rows of batch b between the storage and a
+// transit buffer (toward the storage when `upload`), converting fp32 storage to the client's
+// dtype where they differ (those wait for their copy).
+absl::Status EnqueueRows(WorkerSession* s, v1::TensorKind kind, int b, int64_t local_row,
+                         int64_t n, uint8_t* transit, bool upload) {
   AttentionBackend* be = s->backend.get();
+  void* io = s->io_stream.get();
   if (kind == v1::TENSOR_LSE) {
     const RowStatView lse = s->storage->lse();
     for (int h = 0; h < lse.heads; ++h) {
       float* p = lse.data + b * lse.BatchStride() + h * lse.HeadStride() + local_row;
       uint8_t* t = transit + int64_t{h} * n * 4;
-      RETURN_IF_ERROR(upload ? be->Copy(p, t, n * 4, CopyKind::kHostToDevice, nullptr)
-                             : be->Copy(t, p, n * 4, CopyKind::kDeviceToHost, nullptr));
+      RETURN_IF_ERROR(upload ? be->Copy(p, t, n * 4, CopyKind::kHostToDevice, io)
+                             : be->Copy(t, p, n * 4, CopyKind::kDeviceToHost, io));
     }
     return absl::OkStatus();
   }
@@ -65,8 +67,8 @@ absl::Status MoveRows(WorkerSession* s, v1::TensorKind kind, int b, int64_t loca
   uint8_t* p = RowPtr(v, b, local_row);
   if (v.dtype == client) {
     const size_t bytes = static_cast<size_t>(elems * DTypeSize(client));
-    return upload ? be->Copy(p, transit, bytes, CopyKind::kHostToDevice, nullptr)
-                  : be->Copy(transit, p, bytes, CopyKind::kDeviceToHost, nullptr);
+    return upload ? be->Copy(p, transit, bytes, CopyKind::kHostToDevice, io)
+                  : be->Copy(transit, p, bytes, CopyKind::kDeviceToHost, io);
   }
   // fp32 gradients -> client dtype (download only; uploads are never fp32-held kinds).
   // Host storage (cpu) converts in one pass; device storage is staged through the host.
@@ -74,11 +76,19 @@ absl::Status MoveRows(WorkerSession* s, v1::TensorKind kind, int b, int64_t loca
   std::vector<float> tmp;
   if (be->Name() != "cpu") {
     tmp.resize(static_cast<size_t>(elems));
-    RETURN_IF_ERROR(be->Copy(tmp.data(), p, tmp.size() * 4, CopyKind::kDeviceToHost, nullptr));
+    RETURN_IF_ERROR(be->Copy(tmp.data(), p, tmp.size() * 4, CopyKind::kDeviceToHost, io));
+    RETURN_IF_ERROR(be->Synchronize(io));
     src = tmp.data();
   }
   for (int64_t i = 0; i < elems; ++i) StoreFromFloat(transit, client, i, src[i]);
   return absl::OkStatus();
+}
+
+// EnqueueRows, then waits for the io stream: the rows are in place (upload) or in `transit`.
+absl::Status MoveRows(WorkerSession* s, v1::TensorKind kind, int b, int64_t local_row, int64_t n,
+                      uint8_t* transit, bool upload) {
+  RETURN_IF_ERROR(EnqueueRows(s, kind, b, local_row, n, transit, upload));
+  return s->backend->Synchronize(s->io_stream.get());
 }
 
 // Local row of `r` when it lies inside one owned range; OUT_OF_RANGE naming `field` otherwise.
@@ -162,9 +172,11 @@ absl::Status WriteWireChunk(WorkerSession* s, const WireChunk& chunk) {
   const TensorView v = ViewOf(*s, chunk.kind);
   uint8_t* dst = RowPtr(v, chunk.batch_index, local);
   for (const BytePiece& p : chunk.data) {
-    RETURN_IF_ERROR(s->backend->Copy(dst, p.data, p.size, CopyKind::kHostToDevice, nullptr));
+    RETURN_IF_ERROR(
+        s->backend->Copy(dst, p.data, p.size, CopyKind::kHostToDevice, s->io_stream.get()));
     dst += p.size;
   }
+  RETURN_IF_ERROR(s->backend->Synchronize(s->io_stream.get()));
   MarkUploaded(s, chunk.kind, chunk.batch_index, local, r.size());
   return absl::OkStatus();
 }

@@ -113,6 +113,12 @@ struct WorkerSession {
   // transport, storage and backend are gone.
   std::unique_ptr<SessionAdmission::Ticket> admission;
   std::unique_ptr<AttentionBackend> backend;
+  // The session's streams (nullptr on cpu). Its jobs compute on `compute_stream`; the data
+  // plane's copies run on `io_stream` and wait for it alone, so rows move while a job computes
+  // (neither stream is ordered with the other or with the default stream: what crosses them is
+  // ordered on the host, by the input and output gates).
+  OwnedStream compute_stream;
+  OwnedStream io_stream;
   std::unique_ptr<SessionStorage> storage;
   std::unique_ptr<SessionTransport> transport;
   // The spec's mask; its interval arrays (non-dense masks) live in the backend's memory.

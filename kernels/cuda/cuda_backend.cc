@@ -278,6 +278,20 @@ class CudaBackend final : public AttentionBackend {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<void*> CreateStream() override {
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
+    cudaStream_t s = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                         "cudaStreamCreateWithFlags");
+    return static_cast<void*>(s);
+  }
+
+  void DestroyStream(void* stream) override {
+    if (stream == nullptr) return;
+    cudaSetDevice(device_);
+    cudaStreamDestroy(AsStream(stream));
+  }
+
  private:
   static absl::Status CheckSameShape(const TensorView& a, const TensorView& b, absl::string_view fa,
                                      absl::string_view fb) {

@@ -206,6 +206,8 @@ class CudnnBackend final : public CudnnAttentionBackend {
     return cuda_->Memset(dst, value, bytes, stream);
   }
   absl::Status Synchronize(void* stream) override { return cuda_->Synchronize(stream); }
+  absl::StatusOr<void*> CreateStream() override { return cuda_->CreateStream(); }
+  void DestroyStream(void* stream) override { cuda_->DestroyStream(stream); }
 
  private:
   // Rows [g.row0, g.row0 + g.rows) with keys [0, g.kv_rows): cuDNN writes O (into `out` itself

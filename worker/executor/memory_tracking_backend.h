@@ -49,6 +49,8 @@ class MemoryTrackingBackend final : public AttentionBackend {
     return inner_->Memset(dst, value, bytes, stream);
   }
   absl::Status Synchronize(void* stream) override { return inner_->Synchronize(stream); }
+  absl::StatusOr<void*> CreateStream() override { return inner_->CreateStream(); }
+  void DestroyStream(void* stream) override { inner_->DestroyStream(stream); }
 
  private:
   std::unique_ptr<AttentionBackend> inner_;

@@ -237,7 +237,7 @@ void MarkUploaded(WorkerSession* s, const v1::DeviceTransferRequest& req) {
   s->rows_arrived.notify_all();  // a streaming job may wait for these rows
 }
 
-// Validates `req` and queues its copy on the backend's default stream (not synchronised).
+// Validates `req` and queues its copy on the session's io stream (not synchronised).
 absl::StatusOr<int64_t> EnqueueDeviceTransfer(WorkerSession* s,
                                               const v1::DeviceTransferRequest& req) {
   if (!ThisHost().ok()) return ThisHost().status();
@@ -291,10 +291,10 @@ absl::StatusOr<int64_t> EnqueueDeviceTransfer(WorkerSession* s,
       const auto* from =
           static_cast<const uint8_t*>(src.data) + b * src.BatchStride() * DTypeSize(dtype);
       auto* to = static_cast<uint8_t*>(dst.data) + b * dst.BatchStride() * DTypeSize(dtype);
-      RETURN_IF_ERROR(be->Copy(to, from, n, CopyKind::kDeviceToDevice, nullptr));
+      RETURN_IF_ERROR(be->Copy(to, from, n, CopyKind::kDeviceToDevice, s->io_stream.get()));
     }
   } else {
-    RETURN_IF_ERROR(be->Convert(src, dst, nullptr));
+    RETURN_IF_ERROR(be->Convert(src, dst, s->io_stream.get()));
   }
   return bytes;
 }
@@ -317,7 +317,7 @@ std::vector<v1::DeviceTransferRequest>* BoundOf(WorkerSession* s, v1::JobKind jo
 
 absl::StatusOr<int64_t> RunDeviceTransfer(WorkerSession* s, const v1::DeviceTransferRequest& req) {
   ASSIGN_OR_RETURN(const int64_t bytes, EnqueueDeviceTransfer(s, req));
-  RETURN_IF_ERROR(s->backend->Synchronize(nullptr));
+  RETURN_IF_ERROR(s->backend->Synchronize(s->io_stream.get()));
   if (req.upload()) MarkUploaded(s, req);
   return bytes;
 }
@@ -396,7 +396,7 @@ absl::Status RunBoundTransfers(WorkerSession* s, v1::JobKind job, bool inputs,
     ++n;
   }
   if (n == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(s->backend->Synchronize(nullptr));
+  RETURN_IF_ERROR(s->backend->Synchronize(s->io_stream.get()));
   if (inputs) {
     for (const v1::DeviceTransferRequest& req : *bound) {
       if (req.upload()) MarkUploaded(s, req);

@@ -100,7 +100,7 @@ absl::Status PooledBackend::Memset(void* dst, int value, size_t bytes, void* str
 
 absl::Status PooledBackend::Synchronize(void* stream) {
   RETURN_IF_ERROR(inner_->Synchronize(stream));
-  if (pool_->retired_bytes() > 0) {
+  if (stream == nullptr && pool_->retired_bytes() > 0) {
     RETURN_IF_ERROR(DeviceSync(pool_->device()));
     pool_->ReclaimRetired();
   }

@@ -4,8 +4,11 @@
 // scratch) comes from the worker's pool and no cudaMalloc happens while a job runs.
 //
 // Free() is stream-ordered and never synchronises: the block is retired (quarantined) and
-// becomes reusable only after a device-wide synchronisation, which happens in Synchronize()
-// (the executor's end of a pass) or when an Alloc() finds the pool full. So buffers that a pass
+// becomes reusable only after a device-wide synchronisation, which happens in
+// Synchronize(nullptr) (the default stream: the worker's end of a job) or when an Alloc() finds
+// the pool full. Synchronize() of a stream of one's own (CreateStream: a job's computes, a
+// data-plane copy) waits for that stream alone, so a copy never waits for a running job's
+// kernels. So buffers that a pass
 // frees while its kernels and NCCL transfers may still read them are never handed out early,
 // and no step pays for a cudaFree's implicit device synchronisation. Same thread rules as the
 // inner backend. With DFA_TRACE_OPS=1 every call is timed on the device and each pass's
@@ -47,6 +50,8 @@ class PooledBackend : public AttentionBackend {
                     void* stream) override;
   absl::Status Memset(void* dst, int value, size_t bytes, void* stream) override;
   absl::Status Synchronize(void* stream) override;
+  absl::StatusOr<void*> CreateStream() override { return inner_->CreateStream(); }
+  void DestroyStream(void* stream) override { inner_->DestroyStream(stream); }
 
   AttentionBackend* inner() { return inner_.get(); }
   DeviceMemoryPool* pool() { return pool_.get(); }
