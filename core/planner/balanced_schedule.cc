@@ -384,6 +384,22 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
       if (!true_time && best_score.balance <= kBalanceTarget) break;
     }
   }
+  // Straddled head groups (straddled_heads_schedule.cc): two head groups whose speeds follow
+  // their heads exactly, a worker on the boundary running a rank in each (equal speeds, odd P:
+  // the two groups' plans mirror each other, so its two ranks keep one pace). The same rule:
+  // profile "cpu" when still nothing is within kBalanceTarget, "gpu" always. (With more groups
+  // a straddler's two shares differ, its ranks' steps do not line up in the lock-step worker,
+  // and the model puts them at 1.05-1.8 for the masked target at P = 63.)
+  if (true_time || best_score.balance > kBalanceTarget) {
+    Plan plan = MakeStraddledHeadsPlan(heads, 2);
+    if (!plan.workers.empty()) {
+      const Score score = Evaluate(plan, params, true_time);
+      if (Better(score, best_score, true_time)) {
+        best = std::move(plan);
+        best_score = score;
+      }
+    }
+  }
   return best;
 }
 

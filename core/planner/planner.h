@@ -231,6 +231,14 @@ double SharedHeadsWireRatio(const PlanRequest& request, const SharedHeadsSplit& 
 // with no workers for an invalid split (a worker in two groups of a kind or in none, head
 // counts not summing to kv_heads, no shared group).
 Plan MakeSharedHeadsPlan(const PlanRequest& request, const SharedHeadsSplit& split);
+// Straddled head groups (straddled_heads_schedule.cc; plan.h "Virtual ranks"): `groups` groups
+// of consecutive workers, kv heads as even as possible (the first K % groups one more), group i
+// taking exactly its heads' share of the summed speed in worker order, so a worker on a boundary
+// runs a rank in both groups at the share of its speed each takes (a share under 5% of the
+// worker goes to the other group). Each group runs the "balanced" plan of its local shape at its
+// ranks' speeds. A plan with no workers unless 2 <= groups <= min(workers, kv_heads) and some
+// worker straddles two groups (else MakeHeadsPlan makes it).
+Plan MakeStraddledHeadsPlan(const PlanRequest& request, int groups);
 // The largest divisor g of request.workers with g <= request.shape.kv_heads (1: no split).
 int HeadGroupCount(const PlanRequest& request);
 // "auto": the cheaper of "balanced" and the head splits (see above); a head split on a tie.

@@ -14,6 +14,7 @@
 
 #include "core/planner/cost_model.h"
 #include "core/planner/planner.h"
+#include "core/planner/rank_parts.h"
 
 namespace dfa {
 namespace {
@@ -22,21 +23,6 @@ namespace {
 constexpr int kDirectLead = 1;
 // How far over its share a worker's work may be in a split (the shared heads dealt to groups).
 constexpr double kSharedLoadSlack = 0.01;
-
-// The request for one part: `workers` workers with `speeds` (its ranks' shares of their workers'
-// speeds), `kv_heads` heads of the request's shape, all rows, no head groups.
-PlanRequest PartRequest(const PlanRequest& r, int workers, int kv_heads,
-                        std::vector<double> speeds) {
-  PlanRequest sub = r;
-  sub.schedule = "balanced";
-  sub.session_shape = PlanRequest{}.session_shape;
-  sub.workers = workers;
-  sub.speeds = std::move(speeds);
-  const int q_per_kv = r.shape.q_heads / r.shape.kv_heads;
-  sub.shape.kv_heads = kv_heads;
-  sub.shape.q_heads = kv_heads * q_per_kv;
-  return sub;
-}
 
 // `plan` with every K/V piece a worker receives in the forward sent by the piece's owner
 // instead of forwarded along the ring, posted min(lead, t) steps early (Transfer::lead):
@@ -233,19 +219,16 @@ Plan MakeSharedHeadsPlan(const PlanRequest& r, const SharedHeadsSplit& split) {
   // The parts: each group's plan (none for a one-worker group: its rank's computes are cut
   // below), the whole-head groups' the "balanced" search's, the shared groups' the striped ring
   // with its K/V straight from the owners (DirectFromOwners).
-  struct Part {
-    std::vector<int> members;
-    int head = 0, heads = 0;
-    Plan plan;  // no workers: a one-worker group
-    std::vector<int> rank;  // per member
-  };
-  std::vector<Part> parts;
+  std::vector<planner_internal::RankPart> parts;
   std::map<std::tuple<int, int, int, std::vector<double>>, Plan> made;  // one plan per kind
   int head = 0;
   for (int kind = 0; kind < 2; ++kind) {
     const HeadGroupSplit& groups = kind == 0 ? split.groups : split.shared;
     for (size_t i = 0; i < groups.members.size(); ++i) {
-      Part part{groups.members[i], head, groups.kv_heads[i], {}, {}};
+      planner_internal::RankPart part;
+      part.members = groups.members[i];
+      part.head = head;
+      part.heads = groups.kv_heads[i];
       head += part.heads;
       const int n = static_cast<int>(part.members.size());
       if (n > 1) {
@@ -255,7 +238,7 @@ Plan MakeSharedHeadsPlan(const PlanRequest& r, const SharedHeadsSplit& split) {
         }
         auto [it, added] = made.try_emplace({kind, n, part.heads, speeds});
         if (added) {
-          const PlanRequest request = PartRequest(r, n, part.heads, speeds);
+          const PlanRequest request = planner_internal::PartRequest(r, n, part.heads, speeds);
           if (kind == 0) {
             absl::StatusOr<Plan> sub = MakePlan(request);
             if (!sub.ok() || !sub->rank_workers.empty()) return Plan{};
@@ -272,138 +255,7 @@ Plan MakeSharedHeadsPlan(const PlanRequest& r, const SharedHeadsSplit& split) {
       parts.push_back(std::move(part));
     }
   }
-  // Ranks: per worker its group's rank, then its shared rank.
-  Plan plan;
-  plan.schedule = "balanced";
-  plan.seq_len = r.seq_len;
-  plan.causal = r.causal;
-  plan.mask_spec = r.mask_spec;
-  std::vector<std::vector<std::pair<int, int>>> on(P);  // per worker: (part, member index)
-  for (size_t i = 0; i < parts.size(); ++i) {
-    for (size_t k = 0; k < parts[i].members.size(); ++k) {
-      on[parts[i].members[k]].emplace_back(static_cast<int>(i), static_cast<int>(k));
-    }
-    parts[i].rank.assign(parts[i].members.size(), -1);
-  }
-  for (int w = 0; w < P; ++w) {
-    for (auto [i, k] : on[w]) {
-      parts[i].rank[k] = static_cast<int>(plan.rank_workers.size());
-      plan.rank_workers.push_back(w);
-    }
-  }
-  plan.workers.resize(plan.rank_workers.size());
-  // Every rank's pass has the longest part's step count: a shorter part's steps are spread over
-  // it (step i at (i * (T - 1)) / (T_part - 1): order and gaps kept, transfers move with their
-  // steps, so matching and availability hold), and a one-worker group's rank computes its heads
-  // in T pieces of equal work, so each step of the worker has whole-head compute for the shared
-  // plan's messages to travel behind (cost_model.h "Virtual ranks").
-  size_t T[2] = {1, 1};
-  for (Part& part : parts) {  // (a part's ranks padded to its own longest pass first)
-    size_t n[2] = {0, 0};
-    for (const WorkerPlan& w : part.plan.workers) {
-      n[0] = std::max(n[0], w.forward.size());
-      n[1] = std::max(n[1], w.backward.size());
-    }
-    for (WorkerPlan& w : part.plan.workers) {
-      w.forward.resize(n[0]);
-      w.backward.resize(n[1]);
-    }
-    T[0] = std::max(T[0], n[0]);
-    T[1] = std::max(T[1], n[1]);
-  }
-  const UnitPairs visible(RequestMask(r), r.seq_len);
-  // A part's pass of n steps over `steps` >= n: step i at t_i = i (steps - 1) / (n - 1) with its
-  // transfers, its computes cut by query rows over t_i .. t_{i+1} - 1 (what they read arrived by
-  // t_i; what they produce is sent at t_{i+1} or later), so every worker step has some compute.
-  auto spread = [&](const std::vector<PlanStep>& pass, size_t steps) {
-    const size_t n = pass.size();
-    if (n == steps || n == 0) {
-      std::vector<PlanStep> out = pass;
-      out.resize(steps);
-      return out;
-    }
-    std::vector<PlanStep> out(steps);
-    auto at = [&](size_t i) { return n > 1 ? i * (steps - 1) / (n - 1) : 0; };
-    for (size_t i = 0; i < n; ++i) {
-      const size_t t = at(i), next = i + 1 < n ? at(i + 1) : steps;
-      out[t].sends = pass[i].sends;
-      out[t].recvs = pass[i].recvs;
-      const int64_t k = static_cast<int64_t>(next - t);
-      for (const ComputeOp& c : pass[i].computes) {
-        const int64_t rows = c.q_rows.size();
-        for (int64_t j = 0; j < std::min(k, rows); ++j) {
-          const RowRange q{c.q_rows.begin + rows * j / std::min(k, rows),
-                           c.q_rows.begin + rows * (j + 1) / std::min(k, rows)};
-          if (q.size() <= 0) continue;
-          const RowRange kv = visible.KeysSeen(q, c.kv_rows);
-          if (kv.size() <= 0) continue;
-          // (KeysSeen narrows a dense op only where no key is visible: the pairs are the same.)
-          out[t + j].computes.push_back(ComputeOp{q, visible.dense() ? c.kv_rows : kv});
-        }
-      }
-    }
-    return out;
-  };
-  // Query pieces [b_j, b_{j+1}) of visible work against all keys in proportion to weight[j].
-  auto pieces = [&](const std::vector<double>& weight) {
-    const size_t n = weight.size();
-    double sum = 0;
-    for (double x : weight) sum += x;
-    std::vector<int64_t> b{0};
-    const RowRange all{0, r.seq_len};
-    const double total = visible(all, all);
-    double cum = 0;
-    for (size_t j = 1; j < n; ++j) {
-      cum += weight[j - 1];
-      int64_t lo = b.back(), hi = r.seq_len;
-      const double want = total * cum / sum;
-      while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (visible(RowRange{0, mid}, all) < want) lo = mid + 1; else hi = mid;
-      }
-      b.push_back(lo);
-    }
-    b.push_back(r.seq_len);
-    return b;
-  };
-  for (Part& part : parts) {
-    for (size_t k = 0; k < part.members.size(); ++k) {
-      WorkerPlan wp;
-      if (part.plan.workers.empty()) {  // one worker, all rows of its heads
-        wp.owned = {RowRange{0, r.seq_len}};
-        for (int pass = 0; pass < 2; ++pass) {
-          std::vector<PlanStep>& steps = pass == 0 ? wp.forward : wp.backward;
-          steps.resize(T[pass]);
-          // Twice the share in the forward's first step (the first K/V pieces' latency) and in
-          // the backward's last (the last partials').
-          std::vector<double> weight(T[pass], 1.0);
-          if (T[pass] > 1) weight[pass == 0 ? 0 : T[pass] - 1] = 2.0;
-          const std::vector<int64_t> b = pieces(weight);
-          for (size_t j = 0; j < T[pass]; ++j) {
-            const RowRange q{b[j], b[j + 1]};
-            if (q.size() <= 0) continue;
-            const RowRange kv = visible.KeysSeen(q, RowRange{0, r.seq_len});
-            if (kv.size() <= 0) continue;
-            steps[j].computes.push_back(ComputeOp{q, kv});
-          }
-        }
-      } else {
-        wp = part.plan.workers[k];
-        for (auto* pass : {&wp.forward, &wp.backward}) {
-          for (PlanStep& s : *pass) {
-            for (auto* list : {&s.sends, &s.recvs}) {
-              for (Transfer& x : *list) x.peer = part.rank[x.peer];
-            }
-          }
-        }
-        wp.forward = spread(wp.forward, T[0]);
-        wp.backward = spread(wp.backward, T[1]);
-      }
-      wp.kv_heads = HeadRange{part.head, part.head + part.heads};
-      plan.workers[part.rank[k]] = std::move(wp);
-    }
-  }
-  return plan;
+  return planner_internal::PlanOfRankParts(r, std::move(parts));
 }
 
 }  // namespace dfa
