@@ -48,9 +48,10 @@ void ExpectMatchesReference(const v1::AttentionSpec& spec, const TrainingInputs&
                             const RunResult& r);
 
 // A suite whose tests share one cluster of 2 one-thread CPU workers started once for the suite
-// with --step_timeout_s=kStepTimeoutS, each test with a client of its own; every test skips when
-// the daemon binaries are not built. Suite: the derived fixture (one cluster per suite).
-template <typename Suite, int kStepTimeoutS>
+// with --step_timeout_s=kStepTimeoutS (and --step_tokens=kStepTokens when > 0), each test with a
+// client of its own; every test skips when the daemon binaries are not built. Suite: the derived
+// fixture (one cluster per suite).
+template <typename Suite, int kStepTimeoutS, int kStepTokens = 0>
 class TwoWorkerSuite : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -59,6 +60,7 @@ class TwoWorkerSuite : public ::testing::Test {
     o.threads_per_worker = 1;
     o.start_timeout = absl::Seconds(20);
     o.worker_args = {absl::StrCat("--step_timeout_s=", kStepTimeoutS)};
+    if (kStepTokens > 0) o.worker_args.push_back(absl::StrCat("--step_tokens=", kStepTokens));
     auto c = client::LocalCluster::Start(o);
     if (c.status().code() == absl::StatusCode::kNotFound) return;  // daemons not built
     ASSERT_TRUE(c.ok()) << c.status();

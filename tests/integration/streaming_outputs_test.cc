@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "core/planner/plan_proto.h"
+#include "core/planner/worker_memory.h"
 #include "core/session_capability.h"
 #include "dfa/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -439,6 +441,77 @@ TEST_F(StreamingOutputsTest, AttentionJobStreamsItsOutputsAndMatchesTheReference
     r.bwd = std::move(*bwd);
     ExpectMatchesReference(spec, in, r);
     EXPECT_GE(states, 2);  // the watch reports more than the final state
+  }
+}
+
+// Workers that run a backward whose keys they own alone in chunks of 128 rows (--step_tokens).
+class ChunkedStreamingOutputsTest
+    : public TwoWorkerSuite<ChunkedStreamingOutputsTest, kStepTimeoutS, /*kStepTokens=*/128> {};
+
+// A chunked backward (each worker owns all rows of its head group: dK, dV one 128-row key chunk
+// at a time) on a dO that arrives in 4 row blocks while it runs, its dQ, dK, dV awaited: equal
+// to the reference, and bitwise to the same backward on a complete dO.
+TEST_F(ChunkedStreamingOutputsTest, AChunkedBackwardOnStreamedDoMatchesTheReference) {
+  for (v1::DType dtype : {v1::DTYPE_BF16, v1::DTYPE_F32}) {
+    SCOPED_TRACE(v1::DType_Name(dtype));
+    const auto spec = MakeSpec(2, 512, 4, 2, 16, /*causal=*/true, dtype);
+    const TrainingInputs in = RandomInputs(spec, 38);
+    auto s = NewSession(spec, "heads");
+    ASSERT_NE(s, nullptr);
+    auto plan = PlanFromProto(s->info().plan());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (int r = 0; r < plan->num_workers(); ++r) {
+      ASSERT_TRUE(ChunkedBackward(*plan, r)) << "rank " << r;
+      ASSERT_GT(plan->workers[static_cast<size_t>(r)].owned[0].size(), 128);
+    }
+    RunResult r;
+    ASSERT_TRUE(
+        s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
+    auto fwd = s->Run(v1::JOB_FORWARD);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    r.forward = *fwd;
+    ASSERT_TRUE(s->Download(v1::TENSOR_O, &r.fwd.o).ok());
+    ASSERT_TRUE(s->Download(v1::TENSOR_LSE, &r.fwd.lse).ok());
+    auto bwd = s->Submit(v1::JOB_BACKWARD, true, true);
+    ASSERT_TRUE(bwd.ok()) << bwd.status();
+    client::HostTensor dq_early;
+    absl::Status dq_st;
+    std::thread early([&] {
+      dq_st = s->Download(v1::TENSOR_DQ, &dq_early,
+                          Awaiting(bwd->job_id(), client::TransferPath::kAuto)).status();
+    });
+    absl::SleepFor(absl::Milliseconds(200));  // the backward and the download wait for dO
+    client::TransferOptions blocks;
+    blocks.row_blocks = 4;
+    ASSERT_TRUE(s->Upload({{v1::TENSOR_DO, &in.dout}}, blocks).ok());
+    early.join();
+    ASSERT_TRUE(dq_st.ok()) << dq_st;
+    const client::TransferOptions await = Awaiting(bwd->job_id(), client::TransferPath::kAuto);
+    r.bwd.dq = dq_early;
+    ASSERT_TRUE(s->Download(v1::TENSOR_DK, &r.bwd.dk, await).ok());
+    ASSERT_TRUE(s->Download(v1::TENSOR_DV, &r.bwd.dv, await).ok());
+    auto streamed = s->Watch(bwd->job_id(), nullptr);
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    r.backward = *streamed;
+    ExpectMatchesReference(spec, in, r);
+
+    // The same backward on a complete dO.
+    ASSERT_TRUE(
+        s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
+    ASSERT_TRUE(s->Run(v1::JOB_FORWARD).ok());
+    ASSERT_TRUE(s->Upload(v1::TENSOR_DO, in.dout).ok());
+    ASSERT_TRUE(s->Run(v1::JOB_BACKWARD).ok());
+    for (auto [kind, streamed_out] : {std::pair{v1::TENSOR_DQ, &r.bwd.dq},
+                                      std::pair{v1::TENSOR_DK, &r.bwd.dk},
+                                      std::pair{v1::TENSOR_DV, &r.bwd.dv}}) {
+      client::HostTensor whole;
+      ASSERT_TRUE(s->Download(kind, &whole).ok());
+      ASSERT_EQ(whole.size_bytes(), streamed_out->size_bytes());
+      EXPECT_EQ(0, std::memcmp(whole.data(), streamed_out->data(),
+                               static_cast<size_t>(whole.size_bytes())))
+          << v1::TensorKind_Name(kind);
+    }
+    EXPECT_TRUE(s->Release().ok());
   }
 }
 
