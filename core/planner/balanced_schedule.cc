@@ -357,8 +357,8 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
   // ranks"). Profile "cpu": when still nothing is within kBalanceTarget; "gpu": always. The
   // splits whose whole groups are single workers first (their ranks wait on nothing, so in the
   // lock-step worker they hide the shared plan's messages best), then by the least estimated
-  // wire time per worker; kSharedHeadsTried of them at most, kept where the model says they
-  // are better.
+  // wire time per worker; kSharedHeadsTried of them at most of each form (shared groups of
+  // equal shares, straddled shared groups), kept where the model says they are better.
   if (true_time || best_score.balance > kBalanceTarget) {
     constexpr size_t kSharedHeadsTried = 3;
     constexpr double kWholePairsLast = 1e3;  // (estimates are O(1))
@@ -373,7 +373,9 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
     }
     std::stable_sort(splits.begin(), splits.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (size_t i = 0; i < std::min(splits.size(), kSharedHeadsTried); ++i) {
+    size_t tried[2] = {0, 0};  // of each form: equal shares, straddled (shared_work)
+    for (size_t i = 0; i < splits.size(); ++i) {
+      if (tried[splits[i].second.shared_work.empty() ? 0 : 1]++ >= kSharedHeadsTried) continue;
       Plan plan = MakeSharedHeadsPlan(heads, splits[i].second);
       if (plan.workers.empty()) continue;
       const Score score = Evaluate(plan, params, true_time);

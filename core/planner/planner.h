@@ -208,13 +208,19 @@ Plan MakeHeadsPlan(const PlanRequest& request, const HeadGroupSplit& groups);
 struct SharedHeadsSplit {
   HeadGroupSplit groups;
   HeadGroupSplit shared;
+  // Per shared group and member, its heads of work (empty: the group's heads by its members'
+  // speeds). With it the shared groups may straddle: a worker in two of them (three ranks).
+  std::vector<std::vector<double>> shared_work;
 };
 // The splits "balanced" tries (dense requests at equal speeds only; none otherwise): for
 // m = 1..min(P, 8), whole groups of m consecutive workers with floor(m K / P) heads (and one
 // fewer), the workers left over a group of their own rounded-down share; the rest of the K kv
 // heads shared by the workers with work left, in 1..6 groups of >= 2 consecutive workers with
 // heads by their work left, where no worker's work exceeds its share (K / P heads) by more than
-// 1%. No split without shared heads.
+// 1%; and, for 2..6 shared groups, the straddled form (shared_work): the open workers' work
+// left laid end to end, shared group j taking the next part of it in proportion to its heads
+// (as even as possible), a worker on a boundary in both groups with its part of each. No split
+// without shared heads.
 std::vector<SharedHeadsSplit> SharedHeadsSplits(const PlanRequest& request);
 // A quick estimate, for ranking splits before planning them: the largest over workers of the
 // seconds its K/V receives take at `bandwidth_bytes_per_second` (each group: all rows but its

@@ -67,6 +67,59 @@ Plan DirectFromOwners(Plan plan, int lead) {
   return plan;
 }
 
+// The straddled shared groups (planner.h SharedHeadsSplits): `open` workers' work left `rest`
+// laid end to end, group j taking the next total · n_j / shared_heads of it (n_j: the shared
+// heads as even as possible over gs groups); a boundary closer than kMinStraddle heads of work
+// to a worker's edge snaps to it. None (no shared groups) unless some worker straddles and
+// every group has >= 2 members.
+SharedHeadsSplit StraddledShared(const HeadGroupSplit& whole, const std::vector<double>& rest,
+                                 const std::vector<int>& open, int shared_heads, int gs) {
+  constexpr double kMinStraddle = 0.02;
+  SharedHeadsSplit split;
+  split.groups = whole;
+  const size_t n = open.size();
+  std::vector<double> edge(n + 1, 0);
+  for (size_t k = 0; k < n; ++k) edge[k + 1] = edge[k] + rest[open[k]];
+  std::vector<int> heads(gs, shared_heads / gs);
+  for (int j = 0; j < shared_heads % gs; ++j) ++heads[j];
+  std::vector<double> cut(gs + 1, 0);
+  int before = 0;
+  bool straddles = false;
+  for (int j = 1; j <= gs; ++j) {
+    before += heads[j - 1];
+    cut[j] = j == gs ? edge[n] : edge[n] * before / shared_heads;
+    if (j == gs) break;
+    for (size_t k = 0; k < n; ++k) {
+      if (cut[j] < edge[k] || cut[j] > edge[k + 1]) continue;
+      if (cut[j] - edge[k] < kMinStraddle) {
+        cut[j] = edge[k];
+      } else if (edge[k + 1] - cut[j] < kMinStraddle) {
+        cut[j] = edge[k + 1];
+      } else {
+        straddles = true;
+      }
+      break;
+    }
+  }
+  if (!straddles) return SharedHeadsSplit{};
+  for (int j = 0; j < gs; ++j) {
+    std::vector<int> members;
+    std::vector<double> work;
+    for (size_t k = 0; k < n; ++k) {
+      const double part = std::min(edge[k + 1], cut[j + 1]) - std::max(edge[k], cut[j]);
+      if (part <= 1e-9) continue;
+      members.push_back(open[k]);
+      // (The group's heads over its parts: the snapped boundaries' work moves with them.)
+      work.push_back(part * heads[j] / (cut[j + 1] - cut[j]));
+    }
+    if (members.size() < 2) return SharedHeadsSplit{};
+    split.shared.members.push_back(std::move(members));
+    split.shared.kv_heads.push_back(heads[j]);
+    split.shared_work.push_back(std::move(work));
+  }
+  return split;
+}
+
 }  // namespace
 
 std::vector<SharedHeadsSplit> SharedHeadsSplits(const PlanRequest& r) {
@@ -144,9 +197,14 @@ std::vector<SharedHeadsSplit> SharedHeadsSplits(const PlanRequest& r) {
           }
         }
         for (const std::vector<int>& m : split.shared.members) empty |= m.size() < 2;
-        if (empty || worst > 1 + kSharedLoadSlack) continue;  // (one worker: whole heads)
-        split.shared.kv_heads = std::move(n);
-        out.push_back(std::move(split));
+        if (!empty && worst <= 1 + kSharedLoadSlack) {  // (one worker: whole heads)
+          split.shared.kv_heads = std::move(n);
+          out.push_back(std::move(split));
+        }
+        if (gs >= 2) {
+          SharedHeadsSplit straddled = StraddledShared(whole, rest, open, shared_heads, gs);
+          if (!straddled.shared.members.empty()) out.push_back(std::move(straddled));
+        }
       }
     }
   }
@@ -188,22 +246,33 @@ Plan MakeSharedHeadsPlan(const PlanRequest& r, const SharedHeadsSplit& split) {
   auto speed = [&](int w) { return r.speeds.empty() ? 1.0 : r.speeds[w]; };
   // Each worker's heads of work in each part it is in (a group's heads by its members' speeds)
   // and in all; every worker in at most one group of each kind, and in one group at least.
+  // (Straddled shared groups, shared_work: a worker in up to two, with the work given.)
   std::vector<double> whole_load(P, 0), shared_load(P, 0);
   std::vector<int> in_whole(P, 0), in_shared(P, 0);
+  std::vector<std::vector<double>> rank_load[2];  // per kind, group and member
+  const bool straddled = !split.shared_work.empty();
+  if (straddled && split.shared_work.size() != split.shared.members.size()) return Plan{};
   int heads = 0;
   for (int kind = 0; kind < 2; ++kind) {
     const HeadGroupSplit& part = kind == 0 ? split.groups : split.shared;
     if (part.kv_heads.size() != part.members.size()) return Plan{};
+    const int most = kind == 1 && straddled ? 2 : 1;
     for (size_t i = 0; i < part.members.size(); ++i) {
       if (part.members[i].empty() || part.kv_heads[i] < 1) return Plan{};
       heads += part.kv_heads[i];
       double sum = 0;
       for (int m : part.members[i]) {
-        if (m < 0 || m >= P || (kind == 0 ? in_whole : in_shared)[m]++ > 0) return Plan{};
+        if (m < 0 || m >= P || (kind == 0 ? in_whole : in_shared)[m]++ >= most) return Plan{};
         sum += speed(m);
       }
-      for (int m : part.members[i]) {
-        (kind == 0 ? whole_load : shared_load)[m] = part.kv_heads[i] * speed(m) / sum;
+      const bool given = kind == 1 && straddled;
+      if (given && split.shared_work[i].size() != part.members[i].size()) return Plan{};
+      std::vector<double>& load = rank_load[kind].emplace_back();
+      for (size_t k = 0; k < part.members[i].size(); ++k) {
+        const int m = part.members[i][k];
+        load.push_back(given ? split.shared_work[i][k] : part.kv_heads[i] * speed(m) / sum);
+        if (!(load.back() > 0)) return Plan{};
+        (kind == 0 ? whole_load : shared_load)[m] += load.back();
       }
     }
   }
@@ -233,8 +302,8 @@ Plan MakeSharedHeadsPlan(const PlanRequest& r, const SharedHeadsSplit& split) {
       const int n = static_cast<int>(part.members.size());
       if (n > 1) {
         std::vector<double> speeds;
-        for (int m : part.members) {
-          speeds.push_back(rank_speed(m, (kind == 0 ? whole_load : shared_load)[m]));
+        for (int k = 0; k < n; ++k) {
+          speeds.push_back(rank_speed(part.members[k], rank_load[kind][i][k]));
         }
         auto [it, added] = made.try_emplace({kind, n, part.heads, speeds});
         if (added) {

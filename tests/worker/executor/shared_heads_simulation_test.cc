@@ -2,8 +2,9 @@
 // the heads shared by sequence) run by the simulator, one executor per rank, against the fp64
 // reference, forward and backward: every split SharedHeadsSplits offers at P = 2..5 (one-worker
 // whole groups with their computes cut per step, whole groups of two workers whose sequence
-// plan is spread over the shared plan's steps, one and several shared groups), causal and full,
-// and the plan "balanced" picks at P = 6, S = 6144.
+// plan is spread over the shared plan's steps, one and several shared groups, straddled shared
+// groups: a worker in two of them, three ranks), causal and full, and the plan "balanced" picks
+// at P = 6, S = 6144.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -83,7 +84,7 @@ TEST_P(SharedHeadsSimulationTest, EverySplitMatchesTheReference) {
   req.shape = shape;
   const std::vector<SharedHeadsSplit> splits = SharedHeadsSplits(req);
   ASSERT_FALSE(splits.empty()) << "P " << P;
-  bool whole_pair = false, several_shared = false;
+  bool whole_pair = false, several_shared = false, straddled = false;
   for (const SharedHeadsSplit& split : splits) {
     const Plan plan = MakeSharedHeadsPlan(req, split);
     ASSERT_FALSE(plan.workers.empty()) << "P " << P;
@@ -91,6 +92,7 @@ TEST_P(SharedHeadsSimulationTest, EverySplitMatchesTheReference) {
     EXPECT_TRUE(SomeWorkerRunsTwoRanks(plan));
     for (const std::vector<int>& m : split.groups.members) whole_pair |= m.size() > 1;
     several_shared |= split.shared.members.size() > 1;
+    straddled |= !split.shared_work.empty();
     SCOPED_TRACE(testing::Message() << "P " << P << " whole groups " << split.groups.members.size()
                                     << " shared groups " << split.shared.members.size());
     // The shared heads' ranks exchange K/V (and the backward's partials).
@@ -101,6 +103,9 @@ TEST_P(SharedHeadsSimulationTest, EverySplitMatchesTheReference) {
   }
   if (P == 4) {  // 4 whole heads, 2 + 2 shared
     EXPECT_TRUE(several_shared) << "P " << P;
+  }
+  if (P == 3 || P == 5) {  // 8 heads over 3 or 5 workers: straddled shared groups
+    EXPECT_TRUE(straddled) << "P " << P;
   }
 }
 
