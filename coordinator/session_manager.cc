@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "core/grpc_status.h"
 #include "core/log.h"
@@ -93,8 +94,33 @@ absl::StatusOr<std::vector<RegisteredWorker>> SessionManager::Place(
                      [&](const RegisteredWorker& a, const RegisteredWorker& b) {
                        return free_bytes(a) > free_bytes(b);
                      });
-    if (requested > 0) group.resize(requested);
-    return group;
+    // One worker per GPU: NCCL refuses two ranks of one communicator on one device.
+    std::vector<RegisteredWorker> distinct;
+    std::vector<std::string> shared;  // "worker (uuid)" of the workers left out
+    for (RegisteredWorker& w : group) {
+      const std::string& uuid = w.info.device_uuid();
+      const bool taken = !uuid.empty() && std::any_of(distinct.begin(), distinct.end(),
+                                                      [&](const RegisteredWorker& d) {
+                                                        return d.info.device_uuid() == uuid;
+                                                      });
+      if (taken) {
+        shared.push_back(absl::StrCat(w.info.worker_id(), " (", uuid, ")"));
+      } else {
+        distinct.push_back(std::move(w));
+      }
+    }
+    if (requested > static_cast<int>(distinct.size())) {
+      if (why.ok()) {
+        why = absl::ResourceExhaustedError(absl::StrCat(
+            "num_workers: ", requested, " requested but the ", group.size(), " live ", backend,
+            " workers run on ", distinct.size(), " distinct GPUs (", absl::StrJoin(shared, ", "),
+            " share a GPU with another worker; every worker of a session needs a device of its "
+            "own, as NCCL refuses two ranks of one communicator on one GPU)"));
+      }
+      continue;
+    }
+    if (requested > 0) distinct.resize(requested);
+    return distinct;
   }
   return why;
 }

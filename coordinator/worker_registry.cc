@@ -10,6 +10,7 @@ namespace {
 
 constexpr size_t kMaxIdLength = 256;
 constexpr size_t kMaxBootIdLength = 128;
+constexpr size_t kMaxDeviceUuidLength = 64;
 
 }  // namespace
 
@@ -35,6 +36,16 @@ absl::Status ValidateRegistration(const v1::RegisterWorkerRequest& r) {
   if (r.boot_id().size() > kMaxBootIdLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("boot_id: longer than ", kMaxBootIdLength, " characters"));
+  }
+  if (r.device_uuid().size() > kMaxDeviceUuidLength ||
+      !std::all_of(r.device_uuid().begin(), r.device_uuid().end(),
+                   [](char c) { return c > ' ' && c <= '~'; })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device_uuid: must be at most ", kMaxDeviceUuidLength, " printable characters"));
+  }
+  if (!r.device_uuid().empty() && r.backend() != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device_uuid: set for a ", r.backend(), " worker (only cuda workers name a GPU)"));
   }
   return absl::OkStatus();
 }

@@ -46,7 +46,8 @@ struct RegisteredWorker {
 };
 
 // INVALID_ARGUMENT naming the field for an empty or over-long id, an empty address, an unknown
-// backend, a negative memory limit, a negative or non-finite speed, or an over-long boot_id.
+// backend, a negative memory limit, a negative or non-finite speed, an over-long boot_id, or a
+// device_uuid that is over-long, not printable, or set for a cpu worker.
 absl::Status ValidateRegistration(const v1::RegisterWorkerRequest& request);
 
 // ALREADY_EXISTS naming the id `holder` keeps and its address.

@@ -130,6 +130,7 @@ class WorkerDaemon::Impl {
   std::atomic<bool> accepting{false};  // from the end of Start until Shutdown begins
   // GPU workers: the device memory pool, reported (capacity, peak use) when the worker stops.
   std::function<std::string()> pool_report;
+  std::string device_uuid;  // GPU workers: RegisterWorkerRequest.device_uuid
 
   std::mutex mu;
   std::condition_variable cv;
@@ -270,6 +271,9 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
                                                 impl->backend_name);
     if (!factory.ok()) return factory.status();
     make_backend = *std::move(factory);
+    auto uuid = DeviceUuid(o.cuda_device);
+    if (!uuid.ok()) return uuid.status();
+    impl->device_uuid = *std::move(uuid);
     limit = static_cast<int64_t>(pool->capacity());
     impl->pool_report = [pool] {
       return absl::StrCat("device memory pool capacity ", pool->capacity(),
@@ -378,6 +382,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const WorkerOp
     reg.set_memory_limit_bytes(limit);
     reg.set_speed(o.speed);
     reg.set_boot_id(impl->boot_id);
+    reg.set_device_uuid(impl->device_uuid);
     for (const std::string& t : SupportedTransports(impl->backend_name)) reg.add_transports(t);
     MemoryBudget* budget = impl->budget.get();
     SessionRegistry* sessions = impl->sessions.get();

@@ -34,6 +34,18 @@ absl::StatusOr<size_t> DevicePoolBytes(int device, int64_t bytes, double fractio
   return want;
 }
 
+absl::StatusOr<std::string> DeviceUuid(int device) {
+  cudaDeviceProp prop{};
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppend(&out, absl::Hex(b[i], absl::kZeroPad2));
+  }
+  return out;
+}
+
 absl::StatusOr<BackendFactory> MakePooledCudaBackendFactory(
     const BackendOptions& options, size_t pool_bytes, size_t headroom_bytes,
     std::shared_ptr<DeviceMemoryPool>* pool_out, std::string name) {

@@ -24,6 +24,10 @@ using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<AttentionBac
 // RESOURCE_EXHAUSTED naming device_memory_limit when the device has less free memory.
 absl::StatusOr<size_t> DevicePoolBytes(int device, int64_t bytes, double fraction);
 
+// The UUID of `device` as nvidia-smi prints it ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; a
+// MIG instance's own under MIG): what the worker registers as RegisterWorkerRequest.device_uuid.
+absl::StatusOr<std::string> DeviceUuid(int device);
+
 // `options`/`name`: the device backend to wrap ("cuda", or "cudnn" where the kernels offer it).
 // `pool_bytes` 0: all free device memory but `headroom_bytes` (NCCL buffers, the context).
 // UNAVAILABLE without a usable GPU; RESOURCE_EXHAUSTED when the pool does not fit.

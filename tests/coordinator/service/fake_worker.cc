@@ -46,6 +46,7 @@ void FakeWorker::Register() {
   req.set_device(options_.backend == "cuda" ? "fake-gpu" : "fake-cpu");
   req.set_memory_limit_bytes(options_.memory_limit_bytes);
   req.set_speed(options_.speed);
+  req.set_device_uuid(options_.device_uuid);
   req.add_transports(options_.backend == "cuda" ? "nccl" : "ucx");
   v1::RegisterWorkerResponse resp;
   grpc::ClientContext ctx;

@@ -24,6 +24,7 @@ struct FakeWorkerOptions {
   std::string backend = "cpu";
   int64_t memory_limit_bytes = int64_t{1} << 30;
   double speed = 1.0;
+  std::string device_uuid;  // RegisterWorkerRequest.device_uuid (cuda workers)
   absl::Duration run_time = absl::Milliseconds(20);
   bool block_runs = false;
   absl::Duration heartbeat = absl::Milliseconds(50);

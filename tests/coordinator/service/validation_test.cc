@@ -92,6 +92,42 @@ TEST_F(CoordinatorValidationTest, CudaWorkersTakeHeadDim64Or128Only) {
   EXPECT_EQ(workers_[0]->last_open().transport(), "nccl");
 }
 
+// Two cuda workers on one GPU (the same device_uuid) never share a session: NCCL refuses two
+// ranks of one communicator on one device. A session of both is refused naming the workers and
+// the GPU; sessions of one worker each run; a worker on another GPU makes a pair possible.
+TEST_F(CoordinatorValidationTest, WorkersOnOneGpuAreNotPlacedInOneSession) {
+  StartCoordinator();
+  const std::string gpu = "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+  for (const char* id : {"gpu0", "gpu0-again"}) {
+    FakeWorkerOptions o;
+    o.id = id;
+    o.backend = "cuda";
+    o.device_uuid = gpu;
+    AddWorker(o);
+  }
+  v1::AttentionSpec spec = GoodSpec();
+  spec.set_head_dim(128);
+  v1::CreateSessionResponse resp;
+  grpc::Status s = CreateWithSpec(spec, &resp, /*num_workers=*/2);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("1 distinct GPUs"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find(gpu), std::string::npos) << s.error_message();
+  EXPECT_EQ(workers_[0]->opened() + workers_[1]->opened(), 0);
+  // All workers (num_workers 0): one per GPU.
+  ASSERT_TRUE(CreateWithSpec(spec, &resp, /*num_workers=*/0).ok());
+  EXPECT_EQ(resp.shards_size(), 1);
+  ASSERT_TRUE(CreateWithSpec(spec, &resp, /*num_workers=*/1).ok());
+  FakeWorkerOptions other;
+  other.id = "gpu1";
+  other.backend = "cuda";
+  other.device_uuid = "GPU-11111111-2222-3333-4444-555555555555";
+  AddWorker(other);
+  ASSERT_TRUE(CreateWithSpec(spec, &resp, /*num_workers=*/2).ok());
+  ASSERT_EQ(resp.shards_size(), 2);
+  EXPECT_NE(resp.shards(0).worker_id(), resp.shards(1).worker_id());
+  EXPECT_TRUE(resp.shards(0).worker_id() == "gpu1" || resp.shards(1).worker_id() == "gpu1");
+}
+
 TEST_F(CoordinatorValidationTest, NoWorkersIsUnavailable) {
   StartCoordinator();
   v1::CreateSessionResponse resp;
@@ -227,6 +263,18 @@ TEST_F(CoordinatorValidationTest, WorkerRegistrationIsValidated) {
   req.set_address("");
   EXPECT_EQ(stub_->RegisterWorker(Ctx().get(), req, &resp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  req.set_address("127.0.0.1:1");
+  for (const char* uuid : {"GPU-\n-injected", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"}) {
+    req.set_device_uuid(uuid);  // a control character; a GPU on a cpu worker
+    s = stub_->RegisterWorker(Ctx().get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << uuid;
+    EXPECT_NE(s.error_message().find("device_uuid"), std::string::npos) << s.error_message();
+  }
+  req.set_backend("cuda");
+  req.set_device_uuid(std::string(65, 'a'));
+  s = stub_->RegisterWorker(Ctx().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("device_uuid"), std::string::npos) << s.error_message();
   v1::HeartbeatRequest hb;
   hb.set_worker_id("never-registered");
   v1::HeartbeatResponse hb_resp;
