@@ -113,9 +113,9 @@ absl::StatusOr<std::vector<RegisteredWorker>> SessionManager::Place(
       if (why.ok()) {
         why = absl::ResourceExhaustedError(absl::StrCat(
             "num_workers: ", requested, " requested but the ", group.size(), " live ", backend,
-            " workers run on ", distinct.size(), " distinct GPUs (", absl::StrJoin(shared, ", "),
-            " share a GPU with another worker; every worker of a session needs a device of its "
-            "own, as NCCL refuses two ranks of one communicator on one GPU)"));
+            " workers run on ", distinct.size(), " distinct GPUs (on a GPU of another worker: ",
+            absl::StrJoin(shared, ", "), "; every worker of a session needs a device of its own, "
+            "as NCCL refuses two ranks of one communicator on one GPU)"));
       }
       continue;
     }
