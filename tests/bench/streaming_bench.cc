@@ -5,9 +5,12 @@
 // downloaded while it runs as well: outputs_streaming and awaited downloads, "Streaming
 // outputs"), over gRPC chunks and shared memory. Prints the median wall time of Forward (upload
 // Q, K, V + job + download O, LSE) and Backward (upload dO + job + download dQ, dK, dV) per mode
-// and path, the upload alone (Session::Upload of Q, K, V) beside them, and how far each
-// streamed mode's O and dQ, dK, dV are from the serial ones (max abs; the same plan: expected
-// 0). A figure, not a test: nothing is asserted.
+// and path, the upload alone (Session::Upload of Q, K, V) beside them, the layer's parts alone
+// on a session of its own (all its transfers with nothing computing; its two jobs with nothing
+// moving) and each mode's layer over the larger of the two ("/ max": 1 = every transfer hidden
+// behind compute or the reverse), and how far each streamed mode's O and dQ, dK, dV are from
+// the serial ones (max abs; the same plan: expected 0). A figure, not a test: nothing is
+// asserted.
 //
 // usage: dfa-streaming-bench [seq=4096] [q_heads=8] [kv_heads=8] [head_dim=64] [repeats=3]
 //                            [backend=cpu] [workers=2] [threads=1]
@@ -91,11 +94,12 @@ int Main(int argc, char** argv) {
               "%.1f MiB; median of %d\n",
               static_cast<long long>(seq), hq, hkv, dim, workers, backend.c_str(), threads, mib,
               repeats);
-  std::printf("%-5s %-10s %12s %12s %12s %12s\n", "path", "mode", "upload ms", "forward ms",
-              "backward ms", "layer ms");
+  std::printf("%-5s %-10s %12s %12s %12s %12s %7s\n", "path", "mode", "upload ms", "forward ms",
+              "backward ms", "layer ms", "/ max");
   for (client::TransferPath path :
        {client::TransferPath::kGrpc, client::TransferPath::kSharedMemory}) {
-    // The upload alone, on a session of its own that runs no job.
+    // The parts alone, on a session of its own: every transfer of the layer (Q, K, V up; O, LSE
+    // down; dO up; dQ, dK, dV down) timed with nothing computing, and the two jobs between them.
     client::SessionOptions so;
     so.spec = spec;
     so.num_workers = workers;
@@ -106,15 +110,38 @@ int Main(int argc, char** argv) {
     }
     client::TransferOptions t;
     t.path = path;
-    std::vector<double> up;
+    std::vector<double> up, moved, computed;
     for (int r = 0; r <= repeats; ++r) {
-      const absl::Time t0 = absl::Now();
-      auto u = (*probe)->Upload({{v1::TENSOR_Q, &q}, {v1::TENSOR_K, &k}, {v1::TENSOR_V, &v}}, t);
-      if (!u.ok()) {
-        std::fprintf(stderr, "upload: %s\n", u.status().ToString().c_str());
+      double qkv = 0, transfers = 0, jobs = 0;
+      absl::Status st;
+      auto timed = [&](double* into, auto&& f) {
+        const absl::Time t0 = absl::Now();
+        if (st.ok()) st = f();
+        *into += absl::ToDoubleMilliseconds(absl::Now() - t0);
+      };
+      client::HostTensor out;
+      timed(&qkv, [&] {
+        return (*probe)->Upload({{v1::TENSOR_Q, &q}, {v1::TENSOR_K, &k}, {v1::TENSOR_V, &v}}, t)
+            .status();
+      });
+      transfers += qkv;
+      timed(&jobs, [&] { return (*probe)->Run(v1::JOB_FORWARD).status(); });
+      timed(&transfers, [&] { return (*probe)->Upload(v1::TENSOR_DO, dout, t).status(); });
+      for (v1::TensorKind kind : {v1::TENSOR_O, v1::TENSOR_LSE}) {
+        timed(&transfers, [&] { return (*probe)->Download(kind, &out, t).status(); });
+      }
+      timed(&jobs, [&] { return (*probe)->Run(v1::JOB_BACKWARD).status(); });
+      for (v1::TensorKind kind : {v1::TENSOR_DQ, v1::TENSOR_DK, v1::TENSOR_DV}) {
+        timed(&transfers, [&] { return (*probe)->Download(kind, &out, t).status(); });
+      }
+      if (!st.ok()) {
+        std::fprintf(stderr, "parts alone: %s\n", st.ToString().c_str());
         return 1;
       }
-      if (r > 0) up.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+      if (r == 0) continue;
+      up.push_back(qkv);
+      moved.push_back(transfers);
+      computed.push_back(jobs);
     }
     (void)(*probe)->Release();
     client::ForwardOutputs serial_fwd;
@@ -169,12 +196,17 @@ int Main(int argc, char** argv) {
         fwd.push_back(tf);
         bwd.push_back(tb);
       }
-      std::printf("%-5s %-10s %12.1f %12.1f %12.1f %12.1f\n",
+      const double layer = Median(fwd) + Median(bwd);
+      std::printf("%-5s %-10s %12.1f %12.1f %12.1f %12.1f %7.3f\n",
                   path == client::TransferPath::kGrpc ? "grpc" : "shm",
-                  mode.name, Median(up), Median(fwd), Median(bwd),
-                  Median(fwd) + Median(bwd));
+                  mode.name, Median(up), Median(fwd), Median(bwd), layer,
+                  layer / std::max(Median(moved), Median(computed)));
       std::fputs(diff, stdout);
     }
+    std::printf("%-5s parts alone: transfers %.1f ms, jobs %.1f ms (their sum %.1f, max %.1f)\n",
+                path == client::TransferPath::kGrpc ? "grpc" : "shm", Median(moved),
+                Median(computed), Median(moved) + Median(computed),
+                std::max(Median(moved), Median(computed)));
   }
   return 0;
 }
