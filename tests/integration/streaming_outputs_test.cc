@@ -312,6 +312,56 @@ TEST_F(StreamingOutputsTest, AWaitingDownloadWhoseClientGoesAwayLeavesTheWorkerS
   ExpectMatchesReference(spec, in, other);
 }
 
+// A forward on complete inputs, then a backward submitted before its dO, which comes in 4 row
+// blocks 200 ms later while a download of dQ awaits the job; dK and dV downloaded under the job
+// after. Fills `r` (the jobs and outputs); a fatal failure on any error.
+void RunBackwardOnStreamedDo(client::Session* s, const TrainingInputs& in, RunResult* r) {
+  ASSERT_TRUE(
+      s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
+  auto fwd = s->Run(v1::JOB_FORWARD);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  r->forward = *fwd;
+  ASSERT_TRUE(s->Download(v1::TENSOR_O, &r->fwd.o).ok());
+  ASSERT_TRUE(s->Download(v1::TENSOR_LSE, &r->fwd.lse).ok());
+  auto bwd = s->Submit(v1::JOB_BACKWARD, true, true);
+  ASSERT_TRUE(bwd.ok()) << bwd.status();
+  const client::TransferOptions await = Awaiting(bwd->job_id(), client::TransferPath::kAuto);
+  absl::Status dq_st;
+  std::thread early([&] { dq_st = s->Download(v1::TENSOR_DQ, &r->bwd.dq, await).status(); });
+  absl::SleepFor(absl::Milliseconds(200));  // the backward and the download wait for dO
+  client::TransferOptions blocks;
+  blocks.row_blocks = 4;
+  const absl::Status sent = s->Upload({{v1::TENSOR_DO, &in.dout}}, blocks).status();
+  early.join();
+  ASSERT_TRUE(sent.ok()) << sent;
+  ASSERT_TRUE(dq_st.ok()) << dq_st;
+  ASSERT_TRUE(s->Download(v1::TENSOR_DK, &r->bwd.dk, await).ok());
+  ASSERT_TRUE(s->Download(v1::TENSOR_DV, &r->bwd.dv, await).ok());
+  auto streamed = s->Watch(bwd->job_id(), nullptr);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  r->backward = *streamed;
+}
+
+// The same forward and backward on complete inputs; `grads` gets dQ, dK, dV.
+void RunBackwardOnCompleteDo(client::Session* s, const TrainingInputs& in, v1::Job* job,
+                             client::BackwardOutputs* grads) {
+  ASSERT_TRUE(
+      s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
+  ASSERT_TRUE(s->Run(v1::JOB_FORWARD).ok());
+  ASSERT_TRUE(s->Upload(v1::TENSOR_DO, in.dout).ok());
+  auto whole = s->Run(v1::JOB_BACKWARD);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  *job = *whole;
+  ASSERT_TRUE(s->Download(v1::TENSOR_DQ, &grads->dq).ok());
+  ASSERT_TRUE(s->Download(v1::TENSOR_DK, &grads->dk).ok());
+  ASSERT_TRUE(s->Download(v1::TENSOR_DV, &grads->dv).ok());
+}
+
+bool BitwiseEqual(const client::HostTensor& a, const client::HostTensor& b) {
+  return a.size_bytes() == b.size_bytes() &&
+         std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size_bytes())) == 0;
+}
+
 // A streamed backward forms D = rowsum(dO * O) range by range as dO arrives (before each unit,
 // dQ partial and grad_in send on owned rows; docs/worker.md "Streaming inputs"): dO sent in 4
 // row blocks 200 ms after the job started, batch 2, bf16 (dQ's fp32 rows overlay two O rows)
@@ -330,41 +380,15 @@ TEST_F(StreamingOutputsTest, ABackwardOnStreamedDoFormsDInPiecesAndMatchesTheRef
       const TrainingInputs in = RandomInputs(spec, 37);
       auto s = NewSession(spec, schedule);
       ASSERT_NE(s, nullptr);
-      client::TransferOptions blocks;
-      blocks.row_blocks = 4;
       RunResult r;
-      ASSERT_TRUE(
-          s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
-      auto fwd = s->Run(v1::JOB_FORWARD);
-      ASSERT_TRUE(fwd.ok()) << fwd.status();
-      r.forward = *fwd;
-      ASSERT_TRUE(s->Download(v1::TENSOR_O, &r.fwd.o).ok());
-      ASSERT_TRUE(s->Download(v1::TENSOR_LSE, &r.fwd.lse).ok());
-      auto bwd = s->Submit(v1::JOB_BACKWARD, true, true);
-      ASSERT_TRUE(bwd.ok()) << bwd.status();
-      absl::SleepFor(absl::Milliseconds(200));
-      ASSERT_TRUE(s->Upload({{v1::TENSOR_DO, &in.dout}}, blocks).ok());
-      const client::TransferOptions await = Awaiting(bwd->job_id(), client::TransferPath::kAuto);
-      ASSERT_TRUE(s->Download(v1::TENSOR_DQ, &r.bwd.dq, await).ok());
-      ASSERT_TRUE(s->Download(v1::TENSOR_DK, &r.bwd.dk, await).ok());
-      ASSERT_TRUE(s->Download(v1::TENSOR_DV, &r.bwd.dv, await).ok());
-      auto streamed = s->Watch(bwd->job_id(), nullptr);
-      ASSERT_TRUE(streamed.ok()) << streamed.status();
-      r.backward = *streamed;
+      ASSERT_NO_FATAL_FAILURE(RunBackwardOnStreamedDo(s.get(), in, &r));
       ExpectMatchesReference(spec, in, r);
-
-      // The same backward on a complete dO.
-      ASSERT_TRUE(
-          s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
-      ASSERT_TRUE(s->Run(v1::JOB_FORWARD).ok());
-      ASSERT_TRUE(s->Upload(v1::TENSOR_DO, in.dout).ok());
-      auto whole = s->Run(v1::JOB_BACKWARD);
-      ASSERT_TRUE(whole.ok()) << whole.status();
-      EXPECT_GT(launches(*streamed), launches(*whole))
-          << streamed->DebugString() << whole->DebugString();
-      client::HostTensor dq;
-      ASSERT_TRUE(s->Download(v1::TENSOR_DQ, &dq).ok());
-      EXPECT_EQ(0, std::memcmp(dq.data(), r.bwd.dq.data(), static_cast<size_t>(dq.size_bytes())));
+      v1::Job whole;
+      client::BackwardOutputs grads;
+      ASSERT_NO_FATAL_FAILURE(RunBackwardOnCompleteDo(s.get(), in, &whole, &grads));
+      EXPECT_GT(launches(r.backward), launches(whole)) << r.backward.DebugString()
+                                                       << whole.DebugString();
+      EXPECT_TRUE(BitwiseEqual(grads.dq, r.bwd.dq));
       EXPECT_TRUE(s->Release().ok());
     }
   }
@@ -465,52 +489,14 @@ TEST_F(ChunkedStreamingOutputsTest, AChunkedBackwardOnStreamedDoMatchesTheRefere
       ASSERT_GT(plan->workers[static_cast<size_t>(r)].owned[0].size(), 128);
     }
     RunResult r;
-    ASSERT_TRUE(
-        s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
-    auto fwd = s->Run(v1::JOB_FORWARD);
-    ASSERT_TRUE(fwd.ok()) << fwd.status();
-    r.forward = *fwd;
-    ASSERT_TRUE(s->Download(v1::TENSOR_O, &r.fwd.o).ok());
-    ASSERT_TRUE(s->Download(v1::TENSOR_LSE, &r.fwd.lse).ok());
-    auto bwd = s->Submit(v1::JOB_BACKWARD, true, true);
-    ASSERT_TRUE(bwd.ok()) << bwd.status();
-    client::HostTensor dq_early;
-    absl::Status dq_st;
-    std::thread early([&] {
-      dq_st = s->Download(v1::TENSOR_DQ, &dq_early,
-                          Awaiting(bwd->job_id(), client::TransferPath::kAuto)).status();
-    });
-    absl::SleepFor(absl::Milliseconds(200));  // the backward and the download wait for dO
-    client::TransferOptions blocks;
-    blocks.row_blocks = 4;
-    ASSERT_TRUE(s->Upload({{v1::TENSOR_DO, &in.dout}}, blocks).ok());
-    early.join();
-    ASSERT_TRUE(dq_st.ok()) << dq_st;
-    const client::TransferOptions await = Awaiting(bwd->job_id(), client::TransferPath::kAuto);
-    r.bwd.dq = dq_early;
-    ASSERT_TRUE(s->Download(v1::TENSOR_DK, &r.bwd.dk, await).ok());
-    ASSERT_TRUE(s->Download(v1::TENSOR_DV, &r.bwd.dv, await).ok());
-    auto streamed = s->Watch(bwd->job_id(), nullptr);
-    ASSERT_TRUE(streamed.ok()) << streamed.status();
-    r.backward = *streamed;
+    ASSERT_NO_FATAL_FAILURE(RunBackwardOnStreamedDo(s.get(), in, &r));
     ExpectMatchesReference(spec, in, r);
-
-    // The same backward on a complete dO.
-    ASSERT_TRUE(
-        s->Upload({{v1::TENSOR_Q, &in.q}, {v1::TENSOR_K, &in.k}, {v1::TENSOR_V, &in.v}}).ok());
-    ASSERT_TRUE(s->Run(v1::JOB_FORWARD).ok());
-    ASSERT_TRUE(s->Upload(v1::TENSOR_DO, in.dout).ok());
-    ASSERT_TRUE(s->Run(v1::JOB_BACKWARD).ok());
-    for (auto [kind, streamed_out] : {std::pair{v1::TENSOR_DQ, &r.bwd.dq},
-                                      std::pair{v1::TENSOR_DK, &r.bwd.dk},
-                                      std::pair{v1::TENSOR_DV, &r.bwd.dv}}) {
-      client::HostTensor whole;
-      ASSERT_TRUE(s->Download(kind, &whole).ok());
-      ASSERT_EQ(whole.size_bytes(), streamed_out->size_bytes());
-      EXPECT_EQ(0, std::memcmp(whole.data(), streamed_out->data(),
-                               static_cast<size_t>(whole.size_bytes())))
-          << v1::TensorKind_Name(kind);
-    }
+    v1::Job whole;
+    client::BackwardOutputs grads;
+    ASSERT_NO_FATAL_FAILURE(RunBackwardOnCompleteDo(s.get(), in, &whole, &grads));
+    EXPECT_TRUE(BitwiseEqual(grads.dq, r.bwd.dq));
+    EXPECT_TRUE(BitwiseEqual(grads.dk, r.bwd.dk));
+    EXPECT_TRUE(BitwiseEqual(grads.dv, r.bwd.dv));
     EXPECT_TRUE(s->Release().ok());
   }
 }
