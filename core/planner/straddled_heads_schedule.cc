@@ -9,6 +9,7 @@
 // backwards, so worker 16 is the same half-speed slot in both and its two ranks take as long
 // per step as that slot does in each group's plan (the cost model runs them in lock-step).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <utility>
 
@@ -39,6 +40,15 @@ Plan Reversed(Plan plan) {
   for (int k = 0; k < n; ++k) reversed[k] = n - 1 - k;
   planner_internal::PermuteWorkers(plan, reversed);
   return plan;
+}
+
+// Whether two groups' shares are the same up to rounding (a share is a difference of sums).
+bool SameShares(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (std::abs(a[k] - b[k]) > 1e-9 * std::max(std::abs(a[k]), std::abs(b[k]))) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -103,8 +113,8 @@ Plan MakeStraddledHeadsPlan(const PlanRequest& r, int groups) {
     for (int i = 0; i < groups; ++i) {
       const std::vector<double> mirrored(shares[i].rbegin(), shares[i].rend());
       int twin = -1;
-      for (int j = 0; j < i && mirrored != shares[i]; ++j) {
-        if (heads[j] == heads[i] && shares[j] == mirrored) twin = j;
+      for (int j = 0; j < i && !SameShares(mirrored, shares[i]); ++j) {
+        if (heads[j] == heads[i] && SameShares(shares[j], mirrored)) twin = j;
       }
       if (twin >= 0) {
         made[i] = Reversed(made[twin]);
