@@ -345,7 +345,18 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
     Plan plan = MakeHeadsPlan(heads, groups);
     if (plan.workers.empty()) continue;
     plan.schedule = "balanced";
-    const Score score = Evaluate(plan, params, true_time);
+    Score score = Evaluate(plan, params, true_time);
+    // And with a share of each worker's own-rows backward moved to the step whose partials end
+    // the pass (OwnTailBackward): the groups' last partials travel behind compute.
+    for (double fraction : {0.25, 0.5}) {
+      Plan tail = plan;
+      planner_internal::OwnTailBackward(tail, fraction);
+      const Score s = Evaluate(tail, params, true_time);
+      if (Better(s, score, true_time)) {
+        plan = std::move(tail);
+        score = s;
+      }
+    }
     if (Better(score, best_score, true_time)) {
       best = std::move(plan);
       best_score = score;

@@ -67,4 +67,13 @@ bool TakeBackwardFrom(Plan& plan, Plan backward_source);
 // length. No-op for window < 1, P < 2 or free communication.
 void BalanceTransfers(Plan& plan, const CostParams& params, int window, bool forward);
 
+// Moves `fraction` (<= 1) of each worker's backward work on its own rows only (queries and keys
+// it owns: nothing awaited, no partial produced), from its latest such computes (the last one
+// cut by query rows), to the step after its last compute: the step whose partials (the last
+// dK/dV or dQ partials, sent after the last computes) end the pass, which then travel while it
+// computes instead of after (own_tail.cc). Keeps a CheckPlan-valid plan valid (those computes
+// read only owned data and add only into the worker's own accumulators). No-op for plans with
+// virtual ranks.
+void OwnTailBackward(Plan& plan, double fraction);
+
 }  // namespace dfa::planner_internal
