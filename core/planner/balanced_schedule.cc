@@ -337,6 +337,7 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
       shape.head_dim != ref.head_dim || shape.dtype != ref.dtype) {
     best_score = Evaluate(best, params, true_time);
   }
+  std::vector<Plan> grouped;  // the head-group plans made (for the own tails below)
   for (int g = 2; g <= std::min(r.workers, shape.kv_heads); ++g) {
     const HeadGroupSplit groups = SpeedBalancedHeadGroups(heads, g);
     // (A split whose compute alone is off by more than the best plan so far cannot win.)
@@ -345,18 +346,8 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
     Plan plan = MakeHeadsPlan(heads, groups);
     if (plan.workers.empty()) continue;
     plan.schedule = "balanced";
-    Score score = Evaluate(plan, params, true_time);
-    // And with a share of each worker's own-rows backward moved to the step whose partials end
-    // the pass (OwnTailBackward): the groups' last partials travel behind compute.
-    for (double fraction : {0.25, 0.5}) {
-      Plan tail = plan;
-      planner_internal::OwnTailBackward(tail, fraction);
-      const Score s = Evaluate(tail, params, true_time);
-      if (Better(s, score, true_time)) {
-        plan = std::move(tail);
-        score = s;
-      }
-    }
+    const Score score = Evaluate(plan, params, true_time);
+    grouped.push_back(plan);
     if (Better(score, best_score, true_time)) {
       best = std::move(plan);
       best_score = score;
@@ -409,6 +400,22 @@ Plan WithHeadGroups(const PlanRequest& r, Plan best, Score best_score, bool true
       const Score score = Evaluate(plan, params, true_time);
       if (Better(score, best_score, true_time)) {
         best = std::move(plan);
+        best_score = score;
+      }
+    }
+  }
+  // The head-group plans again with 0.25 and 0.5 of each worker's own-rows backward moved to
+  // the step whose partials end the pass (OwnTailBackward: the groups' last dK/dV or dQ partials
+  // travel behind compute); the same rule (last, so that they do not stop the search before
+  // the shared and straddled candidates).
+  for (const Plan& plan : grouped) {
+    if (!true_time && best_score.balance <= kBalanceTarget) break;
+    for (double fraction : {0.25, 0.5}) {
+      Plan tail = plan;
+      planner_internal::OwnTailBackward(tail, fraction);
+      const Score score = Evaluate(tail, params, true_time);
+      if (Better(score, best_score, true_time)) {
+        best = std::move(tail);
         best_score = score;
       }
     }
