@@ -105,17 +105,25 @@ absl::StatusOr<v1::Job> AttentionJob::RunStreamed(v1::JobKind kind, const Inputs
     // Cancelled by the caller: the job goes too (its waiting downloads end with it).
     if (!job.ok() && cancel_.cancelled()) (void)client_->CancelJob(id);
   });
-  absl::Status moved = Upload(inputs);
-  for (const auto& [out_kind, t] : outputs) {
-    if (!moved.ok()) break;
-    moved = Download(out_kind, t, id);
-  }
-  // A failed upload leaves the job waiting for rows that never come; a failed download, results
-  // no one reads.
-  if (!moved.ok()) (void)client_->CancelJob(id);
+  // The outputs are awaited from the start, on a thread of their own (Session allows one
+  // Upload and one Download at once): a worker whose rows are final early sends them while
+  // later rows still go up.
+  absl::Status downloaded;
+  std::thread gatherer([&] {
+    for (const auto& [out_kind, t] : outputs) {
+      downloaded = Download(out_kind, t, id);
+      if (!downloaded.ok()) break;
+    }
+    if (!downloaded.ok()) (void)client_->CancelJob(id);  // results no one reads
+  });
+  const absl::Status uploaded = Upload(inputs);
+  // A failed upload leaves the job waiting for rows that never come.
+  if (!uploaded.ok()) (void)client_->CancelJob(id);
+  gatherer.join();
   watcher.join();
   if (!job.ok()) return job.status();
-  if (!moved.ok()) return moved;
+  RETURN_IF_ERROR(uploaded);
+  RETURN_IF_ERROR(downloaded);
   return job;
 }
 

@@ -16,9 +16,11 @@
 // answer. false: upload everything, then run.
 // Streamed outputs (stream_outputs, the default, with stream_inputs): the job is submitted with
 // outputs_streaming too and watched on a thread of its own (the observer sees every state);
-// after the uploads its outputs are downloaded while it runs, every worker's rows as that worker
-// finishes them (TransferOptions::await; docs/worker.md "Streaming outputs"). A failed transfer
-// cancels the job; the job's own error comes first when it failed.
+// its outputs are downloaded on another thread while its inputs go up and it runs, every
+// worker's rows as that worker finishes them (TransferOptions::await; docs/worker.md
+// "Streaming outputs"), so on_transfer and transfer.progress may be called from two threads at
+// once. A failed transfer cancels the job; the job's own error comes first when it failed, then
+// the upload's, then the download's.
 //
 // Ownership: the AttentionJob keeps pointers to the Client and to the input tensors passed to
 // Forward/Backward; they must outlive it. One thread at a time.

@@ -247,6 +247,7 @@ Session::~Session() {
 }
 
 WorkerDataClient& Session::DataClient(int rank) {
+  std::lock_guard<std::mutex> l(data_mu_);
   if (data_clients_.empty()) data_clients_.resize(static_cast<size_t>(num_workers()));
   auto& slot = data_clients_[static_cast<size_t>(rank)];
   if (slot == nullptr) {

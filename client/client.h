@@ -24,7 +24,9 @@
 // creates sessions without one. Destroying the Client closes the lease cleanly.
 //
 // Threads: Client is thread-safe (its channels and stubs are). A Session may be used by one
-// thread at a time; it runs one thread per worker inside transfers. Ownership: a Session keeps
+// thread at a time, except that one Upload and one Download may run at once (a download that
+// awaits a job while its inputs go up: AttentionJob's streamed outputs); it runs one thread
+// per worker inside transfers. Ownership: a Session keeps
 // a pointer to its Client, which must outlive it. A Session is released on destruction unless
 // Release() ran already.
 #pragma once
@@ -189,6 +191,7 @@ class Session {
   v1::AttentionSpec spec_;
   v1::CreateSessionResponse info_;
   bool released_ = false;
+  std::mutex data_mu_;  // guards the making of data_clients_ (an Upload and a Download at once)
   std::vector<std::unique_ptr<WorkerDataClient>> data_clients_;  // by rank, made on first use
 };
 

@@ -266,10 +266,11 @@ absl::StatusOr<TransferStats> WorkerDataClient::DownloadGrpc(v1::TensorKind kind
   return stats;
 }
 
-absl::Status WorkerDataClient::EnsureSegments(int n, int64_t bytes) {
+absl::Status WorkerDataClient::EnsureSegments(bool upload, int n, int64_t bytes) {
+  std::unique_ptr<ShmSegment>* segments = segments_[upload ? 1 : 0];
   for (int i = 0; i < n; ++i) {
-    if (segments_[i] == nullptr || segments_[i]->size() < bytes) {
-      segments_[i].reset();
+    if (segments[i] == nullptr || segments[i]->size() < bytes) {
+      segments[i].reset();
       // The worker makes and owns the segment (a sealed memfd); this process maps it.
       grpc::ClientContext ctx;
       Prepare(&ctx, timeout_);
@@ -277,7 +278,7 @@ absl::Status WorkerDataClient::EnsureSegments(int n, int64_t bytes) {
       req.set_session_id(session_id_);
       req.set_client_id(client_id_);
       req.set_bytes(bytes);
-      ASSIGN_OR_RETURN(segments_[i], ShmSegment::Create(stub_.get(), &ctx, req));
+      ASSIGN_OR_RETURN(segments[i], ShmSegment::Create(stub_.get(), &ctx, req));
     }
   }
   return absl::OkStatus();
@@ -297,14 +298,14 @@ absl::StatusOr<TransferStats> WorkerDataClient::ShmTransfer(
   TransferStats stats;
   if (largest == 0) return stats;
   const int depth = pieces.size() > 1 ? 2 : 1;  // calls in flight = segments in use
-  RETURN_IF_ERROR(EnsureSegments(depth, largest));
+  RETURN_IF_ERROR(EnsureSegments(upload, depth, largest));
   const std::string context = absl::StrCat("worker ", address_, " SharedMemoryTransfer ",
                                            TensorKindName(kind), upload ? " upload" : " download");
   std::deque<std::unique_ptr<ShmCall>> in_flight;  // oldest first
   size_t next = 0;                                 // next piece to start
   auto start_next = [&] {
     const v1::RowRange& piece = pieces[next];
-    ShmSegment* segment = segments_[next % depth].get();
+    ShmSegment* segment = segments_[upload ? 1 : 0][next % depth].get();
     auto call = std::make_unique<ShmCall>();
     call->bytes = BlockBytes(*t, piece, hs);
     call->segment = segment->data();

@@ -22,9 +22,9 @@
 // (set_heads); the full host tensors are sliced by heads on the way out and filled by heads on
 // the way back.
 //
-// Thread safety: one object may be used by one thread at a time (it keeps its shared-memory
-// segment between calls); objects for different workers
-// run in parallel (Session does that). The tensors passed in must outlive the call; downloads
+// Thread safety: one object may be used by one thread at a time, except that one upload and one
+// download may run at once (each direction keeps shared-memory segments of its own between
+// calls); objects for different workers run in parallel (Session does that). The tensors passed in must outlive the call; downloads
 // write only the rows of `ranges`.
 #pragma once
 
@@ -134,15 +134,16 @@ class WorkerDataClient {
 
   // Deadline and capability of one call.
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const;
-  // Makes sure segments_[0..n) exist and hold `bytes` each.
-  absl::Status EnsureSegments(int n, int64_t bytes);
+  // Makes sure segments_[upload][0..n) exist and hold `bytes` each.
+  absl::Status EnsureSegments(bool upload, int n, int64_t bytes);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Worker::Stub> stub_;
   grpc::GenericStub raw_stub_;  // Upload and Download as raw chunk streams
-  // Kept between shared-memory transfers: their pages stay mapped here (no page faults on
-  // reuse) and, through keep_mapping, in the worker.
-  std::unique_ptr<ShmSegment> segments_[2];
+  // Kept between shared-memory transfers, two per direction ([0] downloads, [1] uploads): their
+  // pages stay mapped here (no page faults on reuse) and, through keep_mapping, in the worker
+  // (which keeps up to 4 per session).
+  std::unique_ptr<ShmSegment> segments_[2][2];
   HeadSlice q_heads_, kv_heads_;
   std::string address_;
   std::string session_id_;

@@ -47,7 +47,7 @@ struct ShmMapping {
 
 class ShmMappings {
  public:
-  static constexpr size_t kMaxSegments = 4;
+  static constexpr size_t kMaxSegments = 6;  // a client keeps 2 per direction, + a resize each
   static constexpr int64_t kMaxSegmentBytes = int64_t{1} << 30;
 
   struct Created {
