@@ -48,8 +48,9 @@
 // over all rows (no traffic) and a share of the remaining heads split by sequence over all
 // workers, whose traffic the whole heads' compute hides ("balanced" with session_shape,
 // docs/planner.md "Schedules"). Everything above holds per rank (CheckPlan proves each head
-// group exact); a worker runs its ranks concurrently (the cost model: processor sharing on one
-// device, one pair of links, cost_model.h); the simulator runs each rank as its own executor.
+// group exact); the cost model runs a worker's ranks in lock-step on one device and one pair of
+// links (step t of all its ranks, one after another: cost_model.h); the simulator runs each rank
+// as its own executor.
 // Empty (the default): rank r is worker r. Sessions run one rank per worker: dfa.v1.Plan does
 // not carry the map and MakeSessionPlan refuses a plan that has one.
 #pragma once
