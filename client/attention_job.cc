@@ -121,7 +121,10 @@ absl::StatusOr<v1::Job> AttentionJob::RunStreamed(v1::JobKind kind, const Inputs
   if (!uploaded.ok()) (void)client_->CancelJob(id);
   gatherer.join();
   watcher.join();
-  if (!job.ok()) return job.status();
+  // The job's own error comes first, except the CANCELLED that a failed transfer's cancel above
+  // caused: the transfer's error is the cause (an UNAVAILABLE worker is retried).
+  const bool we_cancelled = (!uploaded.ok() || !downloaded.ok()) && !cancel_.cancelled();
+  if (!job.ok() && !(we_cancelled && absl::IsCancelled(job.status()))) return job.status();
   RETURN_IF_ERROR(uploaded);
   RETURN_IF_ERROR(downloaded);
   return job;
