@@ -355,6 +355,72 @@ TEST(HostIntervalsTest, EqualsCoreBuildMaskIntervals) {
   }
 }
 
+// Units with several waves of query tiles (more tiles than the GPU has SMs; the cases above fit
+// in one wave): long-tailed documents (causal, two batch rows), a causal window with head dim 64
+// (3 consumers, 192-row tiles) and a unit at offsets, GQA, each also accumulated over two key
+// parts. Forward only (the reference's cost).
+TEST_P(CudaIntervalsTest, ForwardOverManyTilesPerSmMatchesFp64Reference) {
+  std::vector<MaskCase> cases;
+  HostMask docs;
+  docs.causal = true;
+  docs.docs = {testing::ParetoDocOffsets(4096, 1.2, 64, 1500, 7)};
+  cases.push_back(Case("pareto_docs_d128_batch2", DType::kBF16, 128, 8, 2, 4096, 0, 4096, 0, 4096,
+                       docs, 2));
+  HostMask window;
+  window.causal = true, window.left = 300;
+  window.docs = {{0, 4000}};
+  cases.push_back(Case("causal_window_300_d64", DType::kF16, 64, 12, 4, 4000, 0, 4000, 0, 4000,
+                       window));
+  cases.push_back(Case("pareto_docs_offsets_d128", DType::kF16, 128, 16, 4, 4096, 1000, 3000, 300,
+                       3500, docs));
+  uint64_t seed = 977;
+  for (const MaskCase& c : cases) {
+    const UnitShape& s = c.s;
+    SCOPED_TRACE(c.name);
+    const HostIntervals iv = BuildIntervals(c.mask, s.batch, c.seq);
+    const Inputs in = MakeInputs(s, seed += 10);
+    const float scale = 1.f / std::sqrt(float(s.head_dim));
+    const auto ref = MaskedReference(s, iv, in.q, in.k, in.v, nullptr, scale);
+    const size_t nq = in.q.size(), nk = in.k.size(), nstat = size_t(s.batch) * s.q_heads * s.m;
+    const MaskIntervals div = UploadIntervals(iv);
+    ForwardArgs f;
+    f.scale = scale;
+    f.mask = MaskKind::kIntervals;
+    f.intervals = div;
+    f.q = View(Upload(in.qb.data(), nq * 2), s.dtype, s, false);
+    f.k = View(Upload(in.kb.data(), nk * 2), s.dtype, s, true);
+    f.v = View(Upload(in.vb.data(), nk * 2), s.dtype, s, true);
+    f.q_row0 = s.q_row0;
+    f.kv_row0 = s.kv_row0;
+    float* out = Filled(nq, NAN);
+    float* lse = Filled(nstat, NAN);
+    f.out = View(out, DType::kF32, s, false);
+    f.lse = Stat(lse, s);
+    ASSERT_TRUE(be_->Forward(f).ok());
+    EXPECT_LT(RelError(Download<float>(out, nq), ref.out), 2 * Eps(s.dtype));
+    const auto lse_h = Download<float>(lse, nstat);
+    for (size_t i = 0; i < nstat; ++i) {
+      if (std::isinf(ref.lse[i])) {
+        ASSERT_TRUE(std::isinf(lse_h[i]) && lse_h[i] < 0) << "stat " << i;
+      } else {
+        ASSERT_NEAR(lse_h[i], ref.lse[i], 4 * Eps(s.dtype)) << "stat " << i;
+      }
+    }
+    const int64_t split = s.n * 5 / 9;
+    float* out_acc = Filled(nq, NAN);
+    ForwardArgs fa = f;
+    fa.out = View(out_acc, DType::kF32, s, false);
+    fa.lse = Stat(Filled(nstat, NAN), s);
+    fa.k = f.k.Slice(0, split), fa.v = f.v.Slice(0, split);
+    ASSERT_TRUE(be_->Forward(fa).ok());
+    fa.k = f.k.Slice(split, s.n - split), fa.v = f.v.Slice(split, s.n - split);
+    fa.kv_row0 = s.kv_row0 + split;
+    fa.accumulate = true;
+    ASSERT_TRUE(be_->Forward(fa).ok());
+    EXPECT_LT(RelError(Download<float>(out_acc, nq), ref.out), 2 * Eps(s.dtype)) << "split at " << split;
+  }
+}
+
 // kIntervals without the arrays, or with arrays shorter than the unit's positions: refused,
 // naming the field, nothing launched.
 TEST_P(CudaIntervalsTest, RejectsMissingOrShortIntervals) {
