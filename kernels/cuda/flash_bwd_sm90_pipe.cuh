@@ -405,26 +405,10 @@ __global__ void __launch_bounds__(384, 1)
         lo[hf] = iv_key[hf].lo - static_cast<int>(m_begin) - 2 * t;
         hi[hf] = iv_key[hf].hi - static_cast<int>(m_begin) - 2 * t;
       }
-      // Which ends cut the item: lo where the last key's lo (the largest) passes its first row,
-      // hi where the first key's hi (the smallest) stops before its last; keys past n (empty
-      // intervals) take both compares.
-      const bool cut_lo = n_valid < kBlockN || iv_range.lo_all > m_begin;
-      const bool cut_hi =
-          n_valid < kBlockN || iv_range.hi_all < Min64(m_begin + kBlockM, p.m);
-      if (cut_lo && cut_hi) {
 #pragma unroll
-        for (int i = 0; i < kNS; ++i) {
-          const int c = (i >> 2) * 8 + (i & 1);
-          st[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? st[i] : 0.f;
-        }
-      } else if (cut_hi) {
-#pragma unroll
-        for (int i = 0; i < kNS; ++i)
-          st[i] = (i >> 2) * 8 + (i & 1) < hi[(i >> 1) & 1] ? st[i] : 0.f;
-      } else {
-#pragma unroll
-        for (int i = 0; i < kNS; ++i)
-          st[i] = (i >> 2) * 8 + (i & 1) >= lo[(i >> 1) & 1] ? st[i] : 0.f;
+      for (int i = 0; i < kNS; ++i) {
+        const int c = (i >> 2) * 8 + (i & 1);
+        st[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? st[i] : 0.f;
       }
     } else if (need_mask) {
 #pragma unroll

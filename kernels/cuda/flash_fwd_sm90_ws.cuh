@@ -117,8 +117,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  // Long rows first: causal, and kIv (a document's last rows see the most keys).
-  const int mb = p.causal || kIv ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int mb = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // long rows first
   const int h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (p.q_heads / p.kv_heads);
   const int64_t m_begin = int64_t{mb} * kBlockM;
@@ -214,11 +213,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       }
     }
     auto mask_at = [&](int it) { return it < n_masked || (kIv && it >= n_unmasked_end); };
-    // kIv: which ends of the rows' intervals cut block `it`: hi (the last blocks, `top`) and / or
-    // lo (the first, `bottom`). A block outside one of the two runs lies inside that bound for
-    // every row (lo and hi are non-decreasing in the row), so its compare is left out.
-    auto cuts_hi = [&](int it) { return it < n_masked; };
-    auto cuts_lo = [&](int it) { return it >= n_unmasked_end; };
     float s[kNS], pr[kNS];  // scores, probabilities
     uint32_t a[kBlockN / 16][4];
     float corr[2] = {1.f, 1.f};
@@ -260,20 +254,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
           lo[hf] = iv_row[hf].lo - n0 - 2 * t;
           hi[hf] = iv_row[hf].hi - n0 - 2 * t;
         }
-        if (cuts_hi(it) && cuts_lo(it)) {
 #pragma unroll
-          for (int i = 0; i < kNS; ++i) {
-            const int c = (i >> 2) * 8 + (i & 1);
-            s[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? s[i] : -INFINITY;
-          }
-        } else if (cuts_hi(it)) {
-#pragma unroll
-          for (int i = 0; i < kNS; ++i)
-            s[i] = (i >> 2) * 8 + (i & 1) < hi[(i >> 1) & 1] ? s[i] : -INFINITY;
-        } else {
-#pragma unroll
-          for (int i = 0; i < kNS; ++i)
-            s[i] = (i >> 2) * 8 + (i & 1) >= lo[(i >> 1) & 1] ? s[i] : -INFINITY;
+        for (int i = 0; i < kNS; ++i) {
+          const int c = (i >> 2) * 8 + (i & 1);
+          s[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? s[i] : -INFINITY;
         }
       } else if (need_mask) {  // warp-uniform; selects against a per-row count of visible columns
         const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
