@@ -117,7 +117,6 @@ class CudaBackend final : public AttentionBackend {
     p.scale = a.scale;
     p.causal = a.mask == MaskKind::kCausal;
     p.iv = IvParams(a.mask, a.intervals);
-    p.sms = facts_.sms;
     p.out_f32 = a.out.dtype == DType::kF32;
     p.accumulate = a.accumulate;
     const bool bf16 = a.q.dtype == DType::kBF16;

@@ -43,8 +43,6 @@ struct FwdParams {
   bool out_f32 = false;
   bool accumulate = false;  // merge into an existing fp32 partial (out, lse)
   IntervalParams iv;        // the kIntervals mask (causal is then false)
-  int sms = 0;              // multiprocessors (the persistent kIv forward's grid; 0: ask CUDA)
-  int* tile_counter = nullptr;  // set by the persistent forward's launcher
 };
 
 struct BwdParams {
