@@ -39,6 +39,9 @@ namespace dfa::cuda {
 // The TMA descriptors of one launch (kernel parameter, __grid_constant__).
 struct FwdTmaMaps {
   CUtensorMap q, k, v;
+  CUtensorMap o;       // out in q's dtype, 64-row boxes: read only when o_tma
+  bool o_tma = false;  // O leaves through shared memory and TMA stores (out in q's dtype, no
+                       // accumulate, and the driver took the map)
 };
 
 template <int kD, int kBlockN, int kStages, int kConsumers>
@@ -58,6 +61,7 @@ struct FwdWsTraits {
 // softmax of consumer c before its P V wait (see flash_fwd_sm90.cuh).
 constexpr int kTurnBarrier = 1;
 constexpr int kPinBarrier = 4;
+constexpr int kOStagedBarrier = 7;  // 7 + c: consumer c's O tile is in shared memory
 
 // floor(a / b) for b > 0.
 __host__ __device__ inline int64_t FwdWsFloorDiv(int64_t a, int64_t b) {
@@ -412,6 +416,17 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       }
     }
     if (t == 0) *lse_ptr = lse_b;
+    if (maps.o_tma) {  // O into this consumer's rows of the Q buffer (its own S reads are done)
+      char* row0 = reinterpret_cast<char*>(s_q) + r * 128;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        // Column dt * 8 + 2t: panel dt / 8, 16-byte chunk dt % 8 (swizzled with the row).
+        *reinterpret_cast<uint32_t*>(row0 + (dt >> 3) * kBlockM * 128 +
+                                     (((dt & 7) ^ (r & 7)) << 4) + t * 4) =
+            Tr::Pack(acc_o[4 * dt + 2 * hf] * wb, acc_o[4 * dt + 2 * hf + 1] * wb);
+      }
+      continue;
+    }
     const int64_t o_off = b * p.o_batch_stride + row * p.o_row_stride + int64_t{h} * kD + 2 * t;
     if (p.out_f32) {
       float* o = static_cast<float*>(p.out) + o_off;
@@ -434,6 +449,18 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       }
     }
   }
+  if (maps.o_tma) {  // one thread per consumer stores its 64 rows, one copy per 64-column panel
+    FenceProxyAsync();
+    NamedBarrierSync(kOStagedBarrier + cw, 128);
+    if (warp == 0 && lane == 0) {
+#pragma unroll
+      for (int pn = 0; pn < kPanels; ++pn)
+        TmaStore4d(&maps.o, s_q + pn * kBlockM * 64 + cw * 64 * 64, pn * 64, h,
+                   static_cast<int>(m_begin) + cw * 64, b);
+      BulkCommit();
+      BulkWaitRead();  // the staging must outlive the copies' reads of it
+    }
+  }
 #else
   __trap();  // only the sm_90a build carries this kernel; the launcher never picks it elsewhere
 #endif
@@ -444,7 +471,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
 template <typename T, int kD, int kBlockN, int kStages, int kConsumers = 2, bool kIv = false>
 cudaError_t LaunchFwdSm90Ws(const FwdParams& p, cudaStream_t stream) {
   using Cfg = FwdWsTraits<kD, kBlockN, kStages, kConsumers>;
-  FwdTmaMaps maps;
+  FwdTmaMaps maps{};
   if (p.m <= 0 || p.n <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 ||
       !EncodeRowTensorMap<T>(&maps.q, p.q, kD, p.q_heads, p.m, p.batch, p.q_row_stride,
                              p.q_batch_stride, Cfg::kBlockM) ||
@@ -454,6 +481,9 @@ cudaError_t LaunchFwdSm90Ws(const FwdParams& p, cudaStream_t stream) {
                              p.v_batch_stride, kBlockN)) {
     return cudaErrorNotSupported;
   }
+  maps.o_tma = !p.out_f32 && !p.accumulate &&
+               EncodeRowTensorMap<T>(&maps.o, p.out, kD, p.q_heads, p.m, p.batch, p.o_row_stride,
+                                     p.o_batch_stride, 64);
   auto kernel = FlashFwdSm90WsKernel<T, kD, kBlockN, kStages, kConsumers, kIv>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);

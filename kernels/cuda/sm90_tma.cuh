@@ -78,6 +78,20 @@ __device__ inline void TmaLoad4d(void* smem_dst, const void* tmap, uint64_t* bar
 #endif
 }
 
+// 4-D TMA tile store (coordinates innermost first) of a shared-memory box into the global
+// tensor of `tmap` (elements outside the tensor are skipped), in the calling thread's bulk
+// group: the source may be rewritten (or the CTA exit) after BulkWaitRead.
+__device__ inline void TmaStore4d(const void* tmap, const void* smem_src, int c0, int c1, int c2,
+                                  int c3) {
+#ifdef DFA_WGMMA
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+      " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)),
+      "r"(SmemAddr(smem_src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+#endif
+}
+
 // Register reallocation of the calling warpgroup (all 128 threads, warp-uniform branch).
 template <int kRegs>
 __device__ inline void SetMaxNRegDec() {
