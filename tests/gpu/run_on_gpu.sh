@@ -15,6 +15,8 @@
 #                     equal conditions), and PyTorch SDPA (FlashAttention-2, cuDNN; AB_SDPA=0: not)
 #   bench-masks       dfa-cuda-kernel-bench --masks: documents and windows next to dense causal
 #                     (its document offsets into /tmp/dfa-docs for bench-flex)
+#   bench-masks-ab    $ROUNDS rounds, alternating: --masks --quick (64K) of this build and of
+#                     $BASE_BENCH (required): an A/B of the masked kernels at equal conditions
 #   bench-flex        tests/gpu/bench_flex.py: PyTorch flex attention on the same masks (after
 #                     bench-masks; flags in $FLEX_ARGS, default S = 64K)
 #   bench-sdpa        tests/gpu/bench_sdpa.py (bench-sdpa-quick: --quick)
@@ -72,6 +74,11 @@ for step in "$@"; do
     bench-masks) mkdir -p /tmp/dfa-docs
       timeout 300 "$G/dfa-cuda-kernel-bench" --masks --docs-out /tmp/dfa-docs ${BENCH_ARGS:-} 2>&1 |
         tee "$OUT/bench_masks.md" ;;
+    bench-masks-ab) if [ -z "${BASE_BENCH:-}" ]; then echo "bench-masks-ab: set BASE_BENCH"; continue; fi
+      for r in $(seq "$ROUNDS"); do
+        echo "# round $r: dfa-cuda-kernel-bench"; timeout 100 "$G/dfa-cuda-kernel-bench" --masks --quick
+        echo "# round $r: base $BASE_BENCH"; timeout 100 "$BASE_BENCH" --masks --quick
+      done 2>&1 | tee "$OUT/bench_masks_ab.md" ;;
     bench-flex) timeout "${FLEX_TIMEOUT:-240}" python3 tests/gpu/bench_flex.py /tmp/dfa-docs ${FLEX_ARGS:-} 2>&1 |
         tee "$OUT/bench_flex.md" | grep -v Warning ;;
     bench-sdpa) timeout 300 python3 tests/gpu/bench_sdpa.py 2>&1 | tee "$OUT/bench_sdpa.md" ;;
