@@ -171,6 +171,24 @@ class CudaIntervalsTest : public ::testing::TestWithParam<KernelCase> {
     d.seq = iv.seq;
     return d;
   }
+  // The forward `f` over its keys in two parts split at `split` (the second accumulated into the
+  // first's fp32 partial) equals the reference output.
+  void ExpectSplitForwardMatches(const ForwardArgs& f, const UnitShape& s,
+                                 const std::vector<double>& ref_out, int64_t split) {
+    const size_t nq = size_t(s.batch) * s.m * s.q_heads * s.head_dim;
+    const size_t nstat = size_t(s.batch) * s.q_heads * s.m;
+    float* out_acc = Filled(nq, NAN);
+    ForwardArgs fa = f;
+    fa.out = View(out_acc, DType::kF32, s, false);
+    fa.lse = Stat(Filled(nstat, NAN), s);
+    fa.k = f.k.Slice(0, split), fa.v = f.v.Slice(0, split);
+    ASSERT_TRUE(be_->Forward(fa).ok());
+    fa.k = f.k.Slice(split, s.n - split), fa.v = f.v.Slice(split, s.n - split);
+    fa.kv_row0 = s.kv_row0 + split;
+    fa.accumulate = true;
+    ASSERT_TRUE(be_->Forward(fa).ok());
+    EXPECT_LT(RelError(Download<float>(out_acc, nq), ref_out), 2 * Eps(s.dtype)) << "split at " << split;
+  }
 
   std::unique_ptr<AttentionBackend> be_;
   std::vector<void*> allocs_;
@@ -240,19 +258,7 @@ TEST_P(CudaIntervalsTest, ForwardAndBackwardMatchFp64Reference) {
     EXPECT_LT(RelError(out16_h, ref.out), 3 * Eps(s.dtype));
 
     // Forward over the keys in two parts (split inside a document), the second accumulated.
-    const int64_t split = s.n * 3 / 7;
-    float* out_acc = Filled(nq, NAN);
-    float* lse_acc = Filled(nstat, NAN);
-    ForwardArgs fa = f;
-    fa.out = View(out_acc, DType::kF32, s, false);
-    fa.lse = Stat(lse_acc, s);
-    fa.k = f.k.Slice(0, split), fa.v = f.v.Slice(0, split);
-    ASSERT_TRUE(be_->Forward(fa).ok());
-    fa.k = f.k.Slice(split, s.n - split), fa.v = f.v.Slice(split, s.n - split);
-    fa.kv_row0 = s.kv_row0 + split;
-    fa.accumulate = true;
-    ASSERT_TRUE(be_->Forward(fa).ok());
-    EXPECT_LT(RelError(Download<float>(out_acc, nq), ref.out), 2 * Eps(s.dtype)) << "split at " << split;
+    ExpectSplitForwardMatches(f, s, ref.out, s.n * 3 / 7);
 
     // Backward with += semantics from known non-zero gradients.
     float* delta = Filled(nstat, NAN);
@@ -406,18 +412,7 @@ TEST_P(CudaIntervalsTest, ForwardOverManyTilesPerSmMatchesFp64Reference) {
         ASSERT_NEAR(lse_h[i], ref.lse[i], 4 * Eps(s.dtype)) << "stat " << i;
       }
     }
-    const int64_t split = s.n * 5 / 9;
-    float* out_acc = Filled(nq, NAN);
-    ForwardArgs fa = f;
-    fa.out = View(out_acc, DType::kF32, s, false);
-    fa.lse = Stat(Filled(nstat, NAN), s);
-    fa.k = f.k.Slice(0, split), fa.v = f.v.Slice(0, split);
-    ASSERT_TRUE(be_->Forward(fa).ok());
-    fa.k = f.k.Slice(split, s.n - split), fa.v = f.v.Slice(split, s.n - split);
-    fa.kv_row0 = s.kv_row0 + split;
-    fa.accumulate = true;
-    ASSERT_TRUE(be_->Forward(fa).ok());
-    EXPECT_LT(RelError(Download<float>(out_acc, nq), ref.out), 2 * Eps(s.dtype)) << "split at " << split;
+    ExpectSplitForwardMatches(f, s, ref.out, s.n * 5 / 9);
   }
 }
 
