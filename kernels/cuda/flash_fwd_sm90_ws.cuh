@@ -27,7 +27,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <type_traits>
 
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/mask_tiles.cuh"
@@ -63,12 +62,6 @@ struct FwdWsTraits {
 constexpr int kTurnBarrier = 1;
 constexpr int kPinBarrier = 4;
 constexpr int kOStagedBarrier = 7;  // 7 + c: consumer c's O tile is in shared memory
-
-// kIv: a masked key block whose keys seen by one consumer's rows all lie in one 64-key half is
-// computed by that consumer as a half block: S over those 64 keys only (m64n64 into the first
-// half of the S fragment, so that S and P keep one register layout) and P V over them (4 of 8
-// k-steps). kIvFull marks a whole block; a half block's key offset is 0 or kBlockN / 2.
-constexpr int kIvFull = -1;
 
 // floor(a / b) for b > 0.
 __host__ __device__ inline int64_t FwdWsFloorDiv(int64_t a, int64_t b) {
@@ -224,26 +217,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       }
     }
     auto mask_at = [&](int it) { return it < n_masked || (kIv && it >= n_unmasked_end); };
-    // kIv: the keys [c_lo, c_hi) (unit-local) some row of this consumer sees (its first row's
-    // lo, its last row's hi: both are non-decreasing in the position).
-    int c_lo = 0, c_hi = 0;
-    if constexpr (kIv) {
-      const int r0 = cw * 64, r1 = static_cast<int>(Min64(cw * 64 + 63, m_valid - 1));
-      if (r0 <= r1) {
-        c_lo = IvQueryRow(p.iv, b, p.q_row0 + m_begin + r0, p.kv_row0, p.n, true).lo;
-        c_hi = IvQueryRow(p.iv, b, p.q_row0 + m_begin + r1, p.kv_row0, p.n, true).hi;
-      }
-      c_lo = __shfl_sync(0xffffffffu, c_lo, 0);  // warp-uniform for ptxas
-      c_hi = __shfl_sync(0xffffffffu, c_hi, 0);
-    }
-    // kIvFull, or the key offset (0 or kBlockN / 2) of the half that block `it` is computed as.
-    auto half_at = [&](int it) -> int {
-      if (!kIv || !mask_at(it)) return kIvFull;
-      const int n0 = (n_first + n_blocks - 1 - it) * kBlockN;
-      if (c_hi <= n0 + kBlockN / 2) return 0;  // also a block this consumer does not see at all
-      if (c_lo >= n0 + kBlockN / 2) return kBlockN / 2;
-      return kIvFull;
-    };
     float s[kNS], pr[kNS];  // scores, probabilities
     uint32_t a[kBlockN / 16][4];
     float corr[2] = {1.f, 1.f};
@@ -256,57 +229,29 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const uint32_t k_lo = FwdWsDescLo(s_k, 16);
     const uint32_t v_lo = FwdWsDescLo(s_v, kBlockN * 64 * 2);
     constexpr uint32_t kStageLo = Cfg::kKVElems * 2 / 16;
-    // S = Q K^T for this warpgroup's 64 query rows; a half block (kIv) is m64n64 over the keys
-    // [half, half + 64) of the stage into S columns [0, 64) (key row 64 starts 64 x 128 bytes
-    // into a stage panel, a whole number of swizzle atoms). Half blocks write the low half of the
-    // fragment only: an m64n64 into its high half makes ptxas serialise every wgmma (C7511).
-    auto issue_s = [&](float* acc, uint32_t stage, int half) {
+    auto issue_s = [&](uint32_t stage) {  // S = Q K^T for this warpgroup's 64 query rows
       const uint32_t ks_lo = k_lo + stage * kStageLo;
-      auto run = [&](auto n_keys, uint32_t key_lo) {
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          const uint64_t dq =
-              FwdWsDesc(q_lo + ((kk >> 2) * kBlockM * 64 + (kk & 3) * 16) * 2 / 16);
-          const uint64_t dk =
-              FwdWsDesc(key_lo + ((kk >> 2) * kBlockN * 64 + (kk & 3) * 16) * 2 / 16);
-          WgmmaSS<T, decltype(n_keys)::value, 0, 0>::Run(acc, dq, dk, kk > 0 ? 1 : 0);
-        }
-      };
-      if (!kIv || half == kIvFull) {
-        run(std::integral_constant<int, kBlockN>{}, ks_lo);
-      } else {
-        run(std::integral_constant<int, kBlockN / 2>{}, ks_lo + static_cast<uint32_t>(half) * 128 / 16);
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint64_t dq = FwdWsDesc(q_lo + ((kk >> 2) * kBlockM * 64 + (kk & 3) * 16) * 2 / 16);
+        const uint64_t dk = FwdWsDesc(ks_lo + ((kk >> 2) * kBlockN * 64 + (kk & 3) * 16) * 2 / 16);
+        WgmmaSS<T, kBlockN, 0, 0>::Run(s, dq, dk, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
     };
-    // O += P V (P from registers, V read MN-major); a half block: P's first 4 k-steps against the
-    // V rows of its half.
-    auto issue_pv = [&](uint32_t stage, int half) {
+    auto issue_pv = [&](uint32_t stage) {  // O += P V: P from registers, V read MN-major
       const uint32_t vs_lo = v_lo + stage * kStageLo;
-      auto run = [&](auto n_steps, uint32_t key_lo) {
 #pragma unroll
-        for (int kk = 0; kk < decltype(n_steps)::value; ++kk) {
-          const uint64_t dv = FwdWsDesc(key_lo + kk * 16 * 64 * 2 / 16);
-          WgmmaRS<T, kD, 1>::Run(acc_o, a[kk], dv, 1);
-        }
-      };
-      if (!kIv || half == kIvFull) {
-        run(std::integral_constant<int, kBlockN / 16>{}, vs_lo);
-      } else {
-        run(std::integral_constant<int, kBlockN / 32>{}, vs_lo + static_cast<uint32_t>(half) * 64 * 2 / 16);
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t dv = FwdWsDesc(vs_lo + kk * 16 * 64 * 2 / 16);
+        WgmmaRS<T, kD, 1>::Run(acc_o, a[kk], dv, 1);
       }
       WgmmaCommit();
     };
     // Mask and online softmax (base 2) of S(it) in place; sets corr, the factor for O.
-    // Mask and online softmax (base 2) of S(it) in place; sets corr, the factor for O. half_tag
-    // true: a half block (kIv, masked): S columns [0, 64) are the keys [half, half + 64) of the
-    // block, the other half of the fragment is neither read nor masked (P = 0 there).
-    auto softmax = [&](float* sc, int it, bool need_mask, int half, auto half_tag) {
-      constexpr bool kHalf = decltype(half_tag)::value;
-      constexpr int kCols = kHalf ? kBlockN / 2 : kBlockN;  // columns of S in use
-      constexpr int kN = kCols / 2;                          // their floats per thread
+    auto softmax = [&](int it, bool need_mask) {
       if (kIv && need_mask) {  // selects against each row's visible columns [lo, hi)
-        const int n0 = (n_first + n_blocks - 1 - it) * kBlockN + (kHalf ? half : 0);
+        const int n0 = (n_first + n_blocks - 1 - it) * kBlockN;
         int lo[2], hi[2];
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
@@ -314,9 +259,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
           hi[hf] = iv_row[hf].hi - n0 - 2 * t;
         }
 #pragma unroll
-        for (int i = 0; i < kN; ++i) {
+        for (int i = 0; i < kNS; ++i) {
           const int c = (i >> 2) * 8 + (i & 1);
-          sc[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? sc[i] : -INFINITY;
+          s[i] = (c >= lo[(i >> 1) & 1]) & (c < hi[(i >> 1) & 1]) ? s[i] : -INFINITY;
         }
       } else if (need_mask) {  // warp-uniform; selects against a per-row count of visible columns
         const int64_t n0 = int64_t{n_blocks - 1 - it} * kBlockN;
@@ -329,21 +274,19 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         }
 #pragma unroll
         for (int i = 0; i < kNS; ++i)
-          sc[i] = (i >> 2) * 8 + (i & 1) < lim[(i >> 1) & 1] ? sc[i] : -INFINITY;
+          s[i] = (i >> 2) * 8 + (i & 1) < lim[(i >> 1) & 1] ? s[i] : -INFINITY;
       }
       // A row that has seen no key yet keeps max -inf and uses 0 as its reference.
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         // Row maximum as a tree (depth 5 instead of a chain of 16 dependent FMNMX).
-        static_assert(kBlockN == 128, "the tree below folds 16 (a half block: 8) values");
-        float v[kCols / 8];
+        float v[kBlockN / 8];
 #pragma unroll
-        for (int j = 0; j < kCols / 8; ++j)
-          v[j] = fmaxf(sc[4 * j + 2 * hf], sc[4 * j + 2 * hf + 1]);
-        if constexpr (!kHalf) {
+        for (int j = 0; j < kBlockN / 8; ++j)
+          v[j] = fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]);
+        static_assert(kBlockN == 128, "the tree below folds 16 values");
 #pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
-        }
+        for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
 #pragma unroll
         for (int j = 0; j < 4; ++j) v[j] = fmaxf(v[j], v[j + 4]);
         v[0] = fmaxf(v[0], v[2]);
@@ -358,7 +301,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float pv = j < kCols / 8 ? FastExp2(sc[4 * j + 2 * hf + e] * scale_log2 - ref) : 0.f;
+            const float pv = FastExp2(s[4 * j + 2 * hf + e] * scale_log2 - ref);
             pr[4 * j + 2 * hf + e] = pv;
             sum += pv;
           }
@@ -392,29 +335,18 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     MbarWait(q_full, 0);
     MbarWait(k_full, 0);
     NamedBarrierSync(my_turn, 256);
-    int half = half_at(0);  // of block it (after the loop: of the last block)
-    auto first = [&](auto half_tag) {
-      WgmmaFence();
-      issue_s(s, 0, decltype(half_tag)::value ? half : kIvFull);
-      NamedBarrierArrive(next_turn, 256);
-      WgmmaWait<0>();
-      FenceRegs<decltype(half_tag)::value ? kNS / 2 : kNS>(s);
-      release(k_empty);
-      softmax(s, 0, mask_at(0), half, half_tag);
-    };
-    if (!kIv || half == kIvFull) {
-      first(std::false_type{});
-    } else {
-      first(std::true_type{});
-    }
+    WgmmaFence();
+    issue_s(0);
+    NamedBarrierArrive(next_turn, 256);
+    WgmmaWait<0>();
+    FenceRegs<kNS>(s);
+    release(k_empty);
+    softmax(0, mask_at(0));
     pack_p();  // O is still 0: no rescale
     // O is rescaled between the issue of S(it) and that of P V(it - 1) (FlashAttention-3's
     // RescaleOBeforeGemm order): the rescale is off the path from the end of softmax(it - 1) to
     // the next S issue and runs while S(it) is on the tensor cores.
-    // One step of the walk; kHalfS: S(it) is a half block. The two kinds are whole copies of the
-    // step (a branch between the S issue and the P V issue makes ptxas serialise every wgmma).
-    auto step = [&](int it, int half_s, int half_pv, auto half_tag) {
-      constexpr bool kHalfS = decltype(half_tag)::value;
+    for (int it = 1; it < n_blocks; ++it) {
       const uint32_t uit = static_cast<uint32_t>(it);
       const uint32_t sk = uit % kStages, sv = (uit - 1) % kStages;
       MbarWait(k_full + sk, (uit / kStages) & 1);
@@ -423,19 +355,17 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       FenceRegs<kBlockN / 4>(&a[0][0]);
       NamedBarrierSync(my_turn, 256);
       WgmmaFence();
-      float sh[kNS / 2];
-      float* sc = kHalfS ? sh : s;
-      issue_s(sc, sk, kHalfS ? half_s : kIvFull);
+      issue_s(sk);
       if (it >= 2) rescale_o();  // O is still 0 at it == 1
       FenceRegs<kNO>(acc_o);
       FenceRegs<kBlockN / 4>(&a[0][0]);
       WgmmaFence();
-      issue_pv(sv, half_pv);
+      issue_pv(sv);
       NamedBarrierArrive(next_turn, 256);
       WgmmaWait<1>();  // S done, P V may still run
-      FenceRegs<kHalfS ? kNS / 2 : kNS>(sc);
+      FenceRegs<kNS>(s);
       release(k_empty + sk);
-      softmax(sc, it, mask_at(it), half_s, half_tag);
+      softmax(it, mask_at(it));
       FenceRegs<kNS>(pr);
       FenceRegs<2>(row_sum);
       NamedBarrierSync(kPinBarrier + cw, 128);  // keeps ptxas from hoisting the wait
@@ -444,15 +374,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       FenceRegs<kBlockN / 4>(&a[0][0]);
       release(v_empty + sv);
       pack_p();
-    };
-    for (int it = 1; it < n_blocks; ++it) {
-      const int half_pv = half;
-      half = half_at(it);
-      if (!kIv || half == kIvFull) {
-        step(it, half, half_pv, std::false_type{});
-      } else {
-        step(it, half, half_pv, std::true_type{});
-      }
     }
     const uint32_t sv = static_cast<uint32_t>(n_blocks - 1) % kStages;
     MbarWait(v_full + sv, (static_cast<uint32_t>(n_blocks - 1) / kStages) & 1);
@@ -462,7 +383,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     FenceRegs<kNO>(acc_o);
     FenceRegs<kBlockN / 4>(&a[0][0]);
     WgmmaFence();
-    issue_pv(sv, half);
+    issue_pv(sv);
     WgmmaWait<0>();
     FenceRegs<kNO>(acc_o);
     FenceRegs<kBlockN / 4>(&a[0][0]);
