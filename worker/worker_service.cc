@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "core/session_capability.h"
 #include "worker/rpc_outcome.h"
 #include "worker/session_output_gate.h"
@@ -40,6 +42,9 @@ grpc::Status WorkerServiceImpl::OpenSession(grpc::ServerContext*, const v1::Open
 
 grpc::Status WorkerServiceImpl::RunJob(grpc::ServerContext* ctx, const v1::RunJobRequest* req,
                                        v1::WorkerJobStats* resp) {
+  // DFA_TRACE_OPS=1: the handler's own steps before the job runner (host clock).
+  const absl::Time entered = absl::Now();
+  absl::Time found = entered, locked = entered, bound = entered;
   absl::StatusOr<v1::WorkerJobStats> r = [&]() -> absl::StatusOr<v1::WorkerJobStats> {
     // An empty id is JobRunner's to refuse (INVALID_ARGUMENT naming it).
     std::shared_ptr<WorkerSession> s;
@@ -47,13 +52,16 @@ grpc::Status WorkerServiceImpl::RunJob(grpc::ServerContext* ctx, const v1::RunJo
       ASSIGN_OR_RETURN(s,
                        sessions_->FindForCoordinator(req->session_id(), PresentedCapability(*ctx)));
     }
+    found = locked = bound = absl::Now();
 #ifdef DFA_HAVE_NCCL
     // The session's bound CUDA IPC inputs are copied in as the job starts, its bound outputs
     // written out before this reply (Worker.BindDeviceTensors).
     BoundTransferStats in, out;
     if (s != nullptr) {
       std::lock_guard<std::mutex> l(s->mu);
+      locked = absl::Now();
       if (!s->job_running) RETURN_IF_ERROR(RunBoundTransfers(s.get(), req->kind(), true, &in));
+      bound = absl::Now();
     }
     ASSIGN_OR_RETURN(v1::WorkerJobStats stats,
                      jobs_->Run(*req, [ctx] { return ctx->IsCancelled(); }));
@@ -74,6 +82,16 @@ grpc::Status WorkerServiceImpl::RunJob(grpc::ServerContext* ctx, const v1::RunJo
     return jobs_->Run(*req, [ctx] { return ctx->IsCancelled(); });
 #endif
   }();
+  if (trace_) {
+    absl::FPrintF(stderr,
+                  "rpc trace %s: handler at %d us, find %.3f ms, session lock %.3f ms, bound "
+                  "inputs %.3f ms, whole rpc %.3f ms\n",
+                  req->job_id(), absl::ToUnixMicros(entered),
+                  absl::ToDoubleMilliseconds(found - entered),
+                  absl::ToDoubleMilliseconds(locked - found),
+                  absl::ToDoubleMilliseconds(bound - locked),
+                  absl::ToDoubleMilliseconds(absl::Now() - entered));
+  }
   // A session closed while this job ran frees its memory only now, when the job lets go of it.
   UpdateGauges();
   if (r.ok()) *resp = *std::move(r);
@@ -129,6 +147,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Download(
 grpc::Status WorkerServiceImpl::GenerateInputs(grpc::ServerContext* ctx,
                                                const v1::GenerateInputsRequest* req,
                                                v1::GenerateInputsResponse*) {
+  const absl::Time entered = absl::Now();
   absl::Status st = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::shared_ptr<WorkerSession> s,
                      sessions_->FindForClient(req->session_id(), req->client_id(),
@@ -137,6 +156,10 @@ grpc::Status WorkerServiceImpl::GenerateInputs(grpc::ServerContext* ctx,
     RETURN_IF_ERROR(CheckIdle(*s));
     return GenerateSynthetic(s.get(), req->seed(), req->with_grad_output());
   }();
+  if (trace_) {
+    absl::FPrintF(stderr, "rpc trace GenerateInputs: handler at %d us, whole rpc %.3f ms\n",
+                  absl::ToUnixMicros(entered), absl::ToDoubleMilliseconds(absl::Now() - entered));
+  }
   return Finish("GenerateInputs", st);
 }
 

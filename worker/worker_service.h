@@ -20,6 +20,7 @@
 #include <string>
 
 #include "dfa/v1/worker.grpc.pb.h"
+#include "core/trace.h"
 #include "worker/client_groups.h"
 #include "worker/data_plane_reactors.h"
 #include "worker/job_runner.h"
@@ -97,6 +98,7 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   JobRunner* jobs_;
   MemoryBudget* budget_;
   std::atomic<WorkerMetrics*> metrics_;
+  const bool trace_ = TraceOpsEnabled();  // DFA_TRACE_OPS=1 (core/trace.h): RunJob's own steps
   ClientGroups client_groups_;
 };
 
