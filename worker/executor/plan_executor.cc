@@ -178,8 +178,13 @@ absl::StatusOr<PassStats> PassRunner::Run() {
   const int T = static_cast<int>(ctx_.steps().size());
   ctx_.stats.steps.assign(T, StepStats{});
   if (opt.outputs != nullptr) finality_ = FinalRowsByStep(ctx_.plan, ctx_.rank, ctx_.fwd);
+  // The pass's own work outside its steps (the backward's D = rowsum(dO * O), zeroed fp32
+  // accumulators, the final conversions into the session dtype and the wait for the queued
+  // device work) counts as busy: it is the worker's, not the control plane's.
+  double setup_seconds = Now();
   RETURN_IF_ERROR(groups_.Init());
   RETURN_IF_ERROR(acc_.Begin());
+  setup_seconds = Now() - setup_seconds;
   if (T > 0) {
     for (const auto& [u, lead] : groups_.PostedAt(-1)) {  // step 0's, and steps u's with lead u
       RETURN_IF_ERROR(groups_.PrepareEarly(u, lead));
@@ -195,11 +200,15 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     }
     RETURN_IF_ERROR(RunStep(t));
   }
+  double finish_seconds = Now();
   RETURN_IF_ERROR(acc_.Finish());
+  finish_seconds = Now() - finish_seconds;
   // GPU transports: a failure after the last Wait() surfaces here (NcclTransport).
   RETURN_IF_ERROR(ctx_.transport->Finish(opt.step_timeout));
+  const double sync_start = Now();
   RETURN_IF_ERROR(ctx_.backend->Synchronize(ctx_.stream));
   PassStats& stats = ctx_.stats;
+  stats.busy_seconds = setup_seconds + finish_seconds + (Now() - sync_start);
   for (const StepStats& s : stats.steps) {
     stats.busy_seconds += s.busy_seconds;
     stats.idle_seconds += s.idle_seconds;
