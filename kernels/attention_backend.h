@@ -136,7 +136,7 @@ struct ScratchAllocator {
 };
 
 struct BackendOptions {
-  int num_threads = 0;  // cpu: worker threads (0: hardware concurrency)
+  int num_threads = 0;  // cpu: worker threads (0: the usable CPUs, core/host_limits.h)
   int device = 0;       // cuda: device ordinal
   ScratchAllocator scratch = {};  // cudnn: its scratch and workspace (see above)
 };

@@ -3,58 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "core/host_limits.h"
 
 namespace dfa {
-namespace {
-
-// A limit file's value in bytes; 0 for "max", unreadable or absurd values (no limit).
-int64_t ReadLimitFile(const std::string& path) {
-  std::ifstream f(path);
-  std::string text;
-  if (!f || !std::getline(f, text)) return 0;
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &v) || v <= 0) return 0;
-  return v >= (int64_t{1} << 60) ? 0 : v;  // v1 reports "unlimited" as a huge number
-}
-
-// The lowest memory limit on this process' cgroup path (0: none).
-int64_t CgroupMemoryLimit() {
-  int64_t best = 0;
-  auto consider = [&best](int64_t v) {
-    if (v > 0 && (best == 0 || v < best)) best = v;
-  };
-  std::ifstream f("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(f, line)) {
-    // v2: "0::/path"; v1: "N:memory:/path" (or with other controllers listed).
-    const size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1);
-    std::string path = line.substr(b + 1);
-    const bool v2 = line.substr(0, a) == "0" && controllers.empty();
-    const bool v1 = controllers.find("memory") != std::string::npos;
-    if (!v2 && !v1) continue;
-    const std::string root = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
-    const std::string file = v2 ? "/memory.max" : "/memory.limit_in_bytes";
-    // The cgroup and its parents (a container's namespace may show it as "/").
-    while (true) {
-      consider(ReadLimitFile(root + (path == "/" ? "" : path) + file));
-      if (path.empty() || path == "/") break;
-      const size_t slash = path.rfind('/');
-      path = slash == 0 ? "/" : path.substr(0, slash);
-    }
-  }
-  return best;
-}
-
-}  // namespace
 
 int64_t UsableMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

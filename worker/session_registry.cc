@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/host_limits.h"
 #include "core/planner/plan_checker.h"
 #include "core/planner/plan_proto.h"
 #include "core/session_capability.h"
@@ -32,8 +33,7 @@ struct SessionDeleter {
 }  // namespace
 
 double DefaultCancelPieceFlops() {
-  return CancellableBackend::kFlopsPerThreadPiece *
-         std::max(1u, std::thread::hardware_concurrency());
+  return CancellableBackend::kFlopsPerThreadPiece * UsableCpus();
 }
 
 SessionRegistry::~SessionRegistry() { CloseAll(); }

@@ -76,7 +76,7 @@ class SessionRegistry {
 
   // CPU sessions compute through a CancellableBackend whose pieces are worth at most `flops`
   // (<= 0: units are not cut; cancellation then waits for the running step). Set before the
-  // registry serves; the default assumes all cores.
+  // registry serves; the default assumes the usable CPUs (core/host_limits.h).
   void set_cancel_piece_flops(double flops) { cancel_piece_flops_ = flops; }
   // Key rows per chunk of a chunked backward (dfa-worker --step_tokens; core/planner/
   // worker_memory.h): sizes the sessions opened from now on and their backward passes.

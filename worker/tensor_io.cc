@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/host_limits.h"
 #include "worker/synthetic_inputs.h"
 
 namespace dfa {
@@ -262,7 +263,7 @@ void FillBlockParallel(uint64_t seed, int kind, int batch, const RowRange& r, in
                        int head_dim, DType dt, int64_t row_bytes, uint8_t* dst) {
   const int64_t kMinRowsPerThread = 256;
   const int threads = static_cast<int>(std::min<int64_t>(
-      std::max(1u, std::thread::hardware_concurrency()), r.size() / kMinRowsPerThread));
+      UsableCpus(), r.size() / kMinRowsPerThread));
   if (batch != 1 || threads <= 1) {
     FillSynthetic(seed, kind, batch, r.begin, r.size(), head0, heads, head_dim, dt, dst);
     return;

@@ -28,7 +28,7 @@ struct WorkerOptions {
   std::string advertise;               // address others use; default: derived from listen
   std::string coordinator;             // empty: run without registering (tests)
   std::string backend = "cpu";         // cpu | cuda | auto
-  int threads = 0;                     // cpu backend threads per session (0: all cores)
+  int threads = 0;                     // cpu backend threads per session (0: usable CPUs)
   int cuda_device = 0;
   int64_t memory_limit_bytes = 0;      // 0: DefaultMemoryLimit(workers_per_host), memory_budget.h
   int workers_per_host = 1;            // workers sharing this host's memory (the default above)

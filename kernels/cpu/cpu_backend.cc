@@ -201,7 +201,7 @@ class CpuBackend final : public AttentionBackend {
 absl::StatusOr<std::unique_ptr<AttentionBackend>> CreateCpuBackend(const BackendOptions& options) {
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "num_threads must be >= 0 (0: hardware concurrency), got ", options.num_threads));
+        "num_threads must be >= 0 (0: the usable CPUs), got ", options.num_threads));
   }
   return std::unique_ptr<AttentionBackend>(new CpuBackend(options));
 }

@@ -1,9 +1,11 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include "core/host_limits.h"
+
 namespace dfa::cpu {
 
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (num_threads <= 0) num_threads = UsableCpus();
   size_ = num_threads < 1 ? 1 : num_threads;
   for (int t = 1; t < size_; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }

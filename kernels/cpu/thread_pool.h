@@ -13,8 +13,8 @@ namespace dfa::cpu {
 
 class ThreadPool {
  public:
-  // `num_threads` counts the calling thread: a pool of 1 starts no threads. 0 means
-  // std::thread::hardware_concurrency().
+  // `num_threads` counts the calling thread: a pool of 1 starts no threads. 0 means the CPUs
+  // this process may use (UsableCpus(), core/host_limits.h: affinity and cgroup CPU limit).
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

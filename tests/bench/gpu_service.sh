@@ -18,6 +18,7 @@
 #   PIN (cores per daemon, default unset = no pinning: the coordinator runs on cores [0, PIN),
 #   worker g on [(g+1)*PIN, (g+2)*PIN), through taskset; on a VM, thread wake-ups across cores
 #   can cost more than the control plane's own work (docs/gpu-service.md).
+# $OUT/cpu_throttle.txt: the cgroup CPU limit and throttling counters before and after.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -48,6 +49,20 @@ stop_all() {
   cp "$run_dir"/*.log "$OUT/" 2>/dev/null
 }
 trap stop_all EXIT
+
+# The CPU limit of this machine's cgroup and its throttling counters (CFS throttling stalls every
+# thread of a process for the rest of a period: the request-leg waits of docs/gpu-service.md).
+cpu_throttle() {  # cpu_throttle LABEL
+  local d
+  echo "# $1: nproc $(nproc), affinity $(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')"
+  for d in /sys/fs/cgroup /sys/fs/cgroup/cpu /sys/fs/cgroup/cpu,cpuacct; do
+    for f in cpu.max cpu.cfs_quota_us cpu.cfs_period_us cpu.stat; do
+      [ -r "$d/$f" ] && echo "$d/$f: $(tr '\n' ' ' <"$d/$f")"
+    done
+  done
+  return 0
+}
+cpu_throttle before >"$OUT/cpu_throttle.txt" 2>&1
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() {  # wait_http URL SECONDS
@@ -126,6 +141,7 @@ bench() {  # bench GPUS SCHEDULE MASK SEQ
   [ -n "$g" ] && bench "$g" "$sched" "$mask" "$s" </dev/null
 done 2>&1 | tee "$OUT/bench.log" | grep -E '^==|^forward|^backward|worker [0-9]+:|rror'
 python3 tests/bench/summarize_bench.py "$OUT/bench.log" | tee "$OUT/bench_table.md"
+cpu_throttle after >>"$OUT/cpu_throttle.txt" 2>&1
 stop_all
 pids=()
 grep -h "device memory pool" "$run_dir"/worker-*.log 2>/dev/null | tee "$OUT/pool.txt"
