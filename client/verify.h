@@ -31,8 +31,8 @@ struct ReferenceResult {
   HostTensor dq, dk, dv;   // backward (empty when no dO was given)
 };
 
-// Runs the whole sequence as one unit on a CPU backend with `threads` threads (0: all cores),
-// under the spec's whole mask (causal, documents, window: MaskSpecOf).
+// Runs the whole sequence as one unit on a CPU backend with `threads` threads (0: the usable
+// CPUs), under the spec's whole mask (causal, documents, window: MaskSpecOf).
 // `dout` may be null (forward only). Errors: the backend's (e.g. UNIMPLEMENTED if absent).
 absl::StatusOr<ReferenceResult> ComputeReference(const v1::AttentionSpec& spec,
                                                  const HostTensor& q, const HostTensor& k,

@@ -49,8 +49,7 @@ void ForEachCgroupDir(const std::string& v1_controller,
     bool v1 = false;
     for (absl::string_view c : absl::StrSplit(controllers, ',')) v1 = v1 || c == v1_controller;
     if (!v2 && !v1) continue;
-    const std::string root =
-        v2 ? "/sys/fs/cgroup" : absl::StrCat("/sys/fs/cgroup/", controllers);
+    const std::string root = v2 ? "/sys/fs/cgroup" : absl::StrCat("/sys/fs/cgroup/", controllers);
     while (true) {
       visit(root + (path == "/" ? "" : path), v2);
       if (path.empty() || path == "/") break;

@@ -22,7 +22,9 @@ ABSL_FLAG(std::string, advertise, "", "address the coordinator and clients use (
 ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port (empty: standalone)");
 ABSL_FLAG(std::string, backend, "cpu",
           "attention backend: cpu, cuda (our kernels), cudnn (cuDNN fused attention) or auto");
-ABSL_FLAG(int, threads, 0, "cpu backend threads per session (0: the CPUs this process may use: its affinity, lowered to its cgroup CPU limit)");
+ABSL_FLAG(int, threads, 0,
+          "cpu backend threads per session (0: the CPUs this process may use: its affinity, "
+          "lowered to its cgroup CPU limit)");
 ABSL_FLAG(int, device, 0, "cuda device ordinal");
 ABSL_FLAG(int64_t, memory_limit_bytes, 0,
           "session memory limit in bytes (0: 80% of RAM or the cgroup limit, whichever is "

@@ -13,7 +13,7 @@ struct TrainingRunOptions {
   JobFlags job;
   bool backward = true;
   bool verify = true;
-  int reference_threads = 0;  // 0: all cores
+  int reference_threads = 0;  // 0: the usable CPUs (core/host_limits.h)
   client::TransferPath path = client::TransferPath::kAuto;
   int max_retries = 1;
 };

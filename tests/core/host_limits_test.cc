@@ -1,11 +1,9 @@
 #include "core/host_limits.h"
 
+#include <gtest/gtest.h>
 #include <sched.h>
 
 #include <cmath>
-#include <thread>
-
-#include <gtest/gtest.h>
 
 namespace dfa {
 namespace {
@@ -67,9 +65,7 @@ TEST(HostLimitsTest, UsableCpusFollowsANarrowedAffinityMask) {
   EXPECT_EQ(usable, 1);
 }
 
-TEST(HostLimitsTest, CgroupMemoryLimitIsNoneOrPositive) {
-  EXPECT_GE(CgroupMemoryLimit(), 0);
-}
+TEST(HostLimitsTest, CgroupMemoryLimitIsNoneOrPositive) { EXPECT_GE(CgroupMemoryLimit(), 0); }
 
 }  // namespace
 }  // namespace dfa
