@@ -16,7 +16,6 @@
 #include "kernels/cuda/flash_fwd_kernel.cuh"
 #include "kernels/cuda/flash_fwd_sm90.cuh"
 #include "kernels/cuda/flash_fwd_sm90_ws.cuh"
-#include "kernels/cuda/flash_fwd_sm90_ivflat.cuh"
 #include "kernels/cuda/flash_params.h"
 #include "kernels/cuda/kernel_dispatch.h"
 
@@ -27,7 +26,7 @@ cudaError_t LaunchForward(const FwdParams& p, FwdKernel kernel, cudaStream_t str
   if (p.iv.on) {
     if (kernel == FwdKernel::kSm90Tma) {
       const cudaError_t err =
-          LaunchFwdSm90IvFlat<T, kD, Sm90TmaForwardConsumers(kD)>(p, stream);
+          LaunchFwdSm90Ws<T, kD, 128, 2, Sm90TmaForwardConsumers(kD), true>(p, stream);
       if (err != cudaErrorNotSupported) return err;
     }
     return LaunchFwd<T, kD, 128, 64, 4, true>(p, stream);
