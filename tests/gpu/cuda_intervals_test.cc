@@ -162,14 +162,7 @@ class CudaIntervalsTest : public ::testing::TestWithParam<KernelCase> {
     return static_cast<float*>(Upload(h.data(), count * sizeof(float)));
   }
   MaskIntervals UploadIntervals(const HostIntervals& iv) {
-    MaskIntervals d;
-    const size_t bytes = iv.q_lo.size() * sizeof(int32_t);
-    d.q_lo = static_cast<const int32_t*>(Upload(iv.q_lo.data(), bytes));
-    d.q_hi = static_cast<const int32_t*>(Upload(iv.q_hi.data(), bytes));
-    d.k_lo = static_cast<const int32_t*>(Upload(iv.k_lo.data(), bytes));
-    d.k_hi = static_cast<const int32_t*>(Upload(iv.k_hi.data(), bytes));
-    d.seq = iv.seq;
-    return d;
+    return testing::UploadIntervals(iv, [this](const void* h, size_t b) { return Upload(h, b); });
   }
   // The forward `f` over its keys in two parts split at `split` (the second accumulated into the
   // first's fp32 partial) equals the reference output.

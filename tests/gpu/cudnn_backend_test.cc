@@ -439,13 +439,8 @@ TEST_P(CudnnEngineTest, IntervalUnitsRunOnOurKernels) {
     const float scale = 1.f / std::sqrt(float(d));
     const auto ref = testing::MaskedReference(s, iv, in.q, in.k, in.v, &in.dout, scale);
     const size_t nq = in.q.size(), nk = in.k.size(), nstat = size_t(s.batch) * s.q_heads * s.m;
-    MaskIntervals div;
-    const size_t ib = iv.q_lo.size() * 4;
-    div.q_lo = static_cast<const int32_t*>(Upload(iv.q_lo.data(), ib));
-    div.q_hi = static_cast<const int32_t*>(Upload(iv.q_hi.data(), ib));
-    div.k_lo = static_cast<const int32_t*>(Upload(iv.k_lo.data(), ib));
-    div.k_hi = static_cast<const int32_t*>(Upload(iv.k_hi.data(), ib));
-    div.seq = iv.seq;
+    const MaskIntervals div =
+        testing::UploadIntervals(iv, [this](const void* h, size_t b) { return Upload(h, b); });
     ForwardArgs f;
     f.scale = scale;
     f.mask = MaskKind::kIntervals;

@@ -2,7 +2,8 @@
 // mask_intervals_host.h), forward and backward, by the textbook formulas over the visible pairs
 // of the per-position intervals: O = softmax(scale Q K^T) V, LSE, and with dO the gradients
 // dQ, dK, dV (the unit's own LSE as the final one). Rows that see no key: LSE = -inf, O = 0.
-// Dense BSHD layouts as tests/gpu/unit_inputs.h.
+// Dense BSHD layouts as tests/gpu/unit_inputs.h. Also the intervals' device copy for a backend
+// under test (UploadIntervals).
 #pragma once
 
 #include <cmath>
@@ -71,6 +72,20 @@ inline ReferenceResult MaskedReference(const UnitShape& s, const HostIntervals& 
     }
   }
   return r;
+}
+
+// The four interval arrays of `iv` copied to device memory by `upload(host, bytes)` (the test
+// fixture's allocating copy, returning the device pointer), as the backends' MaskIntervals.
+template <typename UploadFn>
+MaskIntervals UploadIntervals(const HostIntervals& iv, UploadFn&& upload) {
+  MaskIntervals d;
+  const size_t bytes = iv.q_lo.size() * sizeof(int32_t);
+  d.q_lo = static_cast<const int32_t*>(upload(iv.q_lo.data(), bytes));
+  d.q_hi = static_cast<const int32_t*>(upload(iv.q_hi.data(), bytes));
+  d.k_lo = static_cast<const int32_t*>(upload(iv.k_lo.data(), bytes));
+  d.k_hi = static_cast<const int32_t*>(upload(iv.k_hi.data(), bytes));
+  d.seq = iv.seq;
+  return d;
 }
 
 }  // namespace dfa::testing

@@ -181,10 +181,10 @@ absl::StatusOr<PassStats> PassRunner::Run() {
   // The pass's own work outside its steps (the backward's D = rowsum(dO * O), zeroed fp32
   // accumulators, the final conversions into the session dtype and the wait for the queued
   // device work) counts as busy: it is the worker's, not the control plane's.
-  double setup_seconds = Now();
+  const double setup_start = Now();
   RETURN_IF_ERROR(groups_.Init());
   RETURN_IF_ERROR(acc_.Begin());
-  setup_seconds = Now() - setup_seconds;
+  const double setup_seconds = Now() - setup_start;
   if (T > 0) {
     for (const auto& [u, lead] : groups_.PostedAt(-1)) {  // step 0's, and steps u's with lead u
       RETURN_IF_ERROR(groups_.PrepareEarly(u, lead));
@@ -200,9 +200,9 @@ absl::StatusOr<PassStats> PassRunner::Run() {
     }
     RETURN_IF_ERROR(RunStep(t));
   }
-  double finish_seconds = Now();
+  const double finish_start = Now();
   RETURN_IF_ERROR(acc_.Finish());
-  finish_seconds = Now() - finish_seconds;
+  const double finish_seconds = Now() - finish_start;
   // GPU transports: a failure after the last Wait() surfaces here (NcclTransport).
   RETURN_IF_ERROR(ctx_.transport->Finish(opt.step_timeout));
   const double sync_start = Now();
